@@ -1,0 +1,37 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from console import views
+from recovery import api as recovery_api
+from tasks import api as tasks_api
+
+api = [
+    path("tasks/", recovery_api.TaskListView.as_view(), name="api-tasks"),
+    path("tasks/<int:task_id>/", recovery_api.TaskDetailView.as_view(), name="api-task"),
+    path("runs/<int:run_id>/", recovery_api.RunDetailView.as_view(), name="api-run"),
+    path("runs/<int:run_id>/stop/", recovery_api.RunStopView.as_view(), name="api-run-stop"),
+    path("events/", tasks_api.EventListView.as_view(), name="api-events"),
+    path("runner/claim/", tasks_api.ClaimView.as_view(), name="runner-claim"),
+    path("runner/runs/<int:run_id>/heartbeat/", tasks_api.HeartbeatView.as_view(), name="runner-heartbeat"),
+    path("runner/runs/<int:run_id>/steps/", tasks_api.StepPlanView.as_view(), name="runner-step-plan"),
+    path(
+        "runner/runs/<int:run_id>/steps/<int:seq>/dispatch/",
+        tasks_api.StepDispatchView.as_view(),
+        name="runner-step-dispatch",
+    ),
+    path(
+        "runner/runs/<int:run_id>/steps/<int:seq>/complete/",
+        tasks_api.StepCompleteView.as_view(),
+        name="runner-step-complete",
+    ),
+    path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+]
+
+urlpatterns = [
+    path("", views.board, name="board"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("admin/", admin.site.urls),
+    path("api/", include(api)),
+]

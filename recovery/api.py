@@ -1,0 +1,132 @@
+"""The operator API: tasks, runs, actions, decisions, messages (API.md)."""
+
+from django.db.models import Prefetch, Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from recovery import selectors
+from recovery.presenters import run_data, task_data
+from tasks import services
+from tasks.api import BaseAPIView, idempotent, int_param, page_limit, paginate
+from tasks.auth import IsPerson
+from tasks.errors import Forbidden, Invalid, NotFound
+from tasks.models import Role
+from tasks.selectors import membership_in, memberships_of, visible_runs, visible_tasks
+
+TASK_STATES = ("needs_decision", "exhausted", "blocked", "running", "queued", "done", "cancelled", "idle", "all")
+
+
+class OperatorView(BaseAPIView):
+    permission_classes = [IsPerson]
+
+
+def require_role(user, org_id: int, role: str) -> None:
+    m = membership_in(user, org_id)
+    if m is None:
+        raise NotFound("No such object.")
+    if not m.allows(role):
+        raise Forbidden(f"This needs the {role} role; you are {m.role}.", required_role=role)
+
+
+def get_task(user, task_id: int):
+    task = visible_tasks(user).filter(pk=task_id).select_related("agent", "org").first()
+    if task is None:
+        raise NotFound(f"No task #{task_id}.")
+    return task
+
+
+def get_run(user, run_id: int):
+    run = visible_runs(user).filter(pk=run_id).select_related("task", "agent").first()
+    if run is None:
+        raise NotFound(f"No run #{run_id}.")
+    return run
+
+
+class TaskListView(OperatorView):
+    class InputSerializer(serializers.Serializer):
+        title = serializers.CharField(max_length=300)
+        agent = serializers.CharField(max_length=100)
+        input = serializers.JSONField()
+        parent = serializers.IntegerField(required=False, allow_null=True)
+        budget_limit = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+        private = serializers.BooleanField(required=False, default=False)
+        export_destination = serializers.CharField(required=False, allow_blank=True, default="")
+        org = serializers.SlugField(required=False)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, enum=list(TASK_STATES)),
+            OpenApiParameter("q", str),
+            OpenApiParameter("cursor", int),
+            OpenApiParameter("limit", int),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request):
+        state = request.query_params.get("state") or "all"
+        if state not in TASK_STATES:
+            raise Invalid(f"`state` must be one of {', '.join(TASK_STATES)}.", field="state")
+        limit = page_limit(request)
+        cursor = int_param(request, "cursor")
+        tasks, next_cursor = selectors.task_page(
+            request.user, state=state, q=request.query_params.get("q", ""), cursor=cursor, limit=limit
+        )
+        return Response(paginate(request, [task_data(t) for t in tasks], cursor_param="cursor", cursor_value=next_cursor))
+
+    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        ms = memberships_of(request.user)
+        if v.get("org"):
+            ms = [m for m in ms if m.org.slug == v["org"]]
+        if not ms:
+            raise Forbidden("You are not a member of an organization.")
+        membership = ms[0]
+        if not membership.allows(Role.OPERATOR):
+            raise Forbidden("Creating a task needs the operator role.", required_role=Role.OPERATOR)
+
+        def handle():
+            task = services.task_create(
+                org=membership.org,
+                actor=request.user,
+                creator=request.user,
+                title=v["title"],
+                agent=v["agent"],
+                input=v["input"],
+                parent=v.get("parent"),
+                budget_limit=v.get("budget_limit"),
+                private=v.get("private", False),
+                export_destination=v.get("export_destination", ""),
+            )
+            return Response(task_data(selectors.task_detail(request.user, task.pk)), status=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)
+
+
+class TaskDetailView(OperatorView):
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request, task_id: int):
+        return Response(task_data(selectors.task_detail(request.user, task_id), detail=True))
+
+
+class RunDetailView(OperatorView):
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request, run_id: int):
+        return Response(run_data(selectors.run_detail(request.user, run_id)))
+
+
+class RunStopView(OperatorView):
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request, run_id: int):
+        run = get_run(request.user, run_id)
+        require_role(request.user, run.org_id, Role.OPERATOR)
+
+        def handle():
+            services.run_request_stop(actor=request.user, run=run)
+            return Response(run_data(selectors.run_detail(request.user, run_id)))
+
+        return idempotent(request, handle)

@@ -1,0 +1,254 @@
+"""Pure: a run's saved steps in, a diagnosis out. No ORM in here.
+
+Fail closed: a checkpoint that contradicts itself, or anything this module does
+not understand, is `corrupt` and nothing of it is replayed.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+REUSE = "reuse"
+NOT_DISPATCHED = "not_dispatched"
+REPLAY = "replay"
+UNKNOWN_OUTCOME = "unknown_outcome"
+DROP = "drop"
+CORRUPT = "corrupt"
+
+AUTO_RESUMABLE = "auto_resumable"
+NEEDS_DECISION = "needs_decision"
+EXHAUSTED = "exhausted"
+NONE = "none"
+
+PHASES = ("planned", "dispatched", "completed", "failed")
+MODES = ("replay", "notify", "forget")
+CHAIN_MAX_RUNS = 32
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    seq: int
+    tool: str
+    args: object
+    phase: str
+    recovery_mode: str
+    parent_seq: int | None = None
+    has_result: bool = False
+    result_readable: bool = True
+    dispatched_at: datetime | None = None
+    completed_at: datetime | None = None
+    reused: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    run_id: int
+    status: str
+    plan: object
+    steps: tuple[StepFacts, ...]
+    chain_length: int = 1
+    # seq -> how many earlier runs of the chain left this operation dispatched without a result
+    earlier_interruptions: dict = field(default_factory=dict)
+    recovery_disabled: str = ""
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    detail: str
+    seq: int | None = None
+
+    def as_dict(self) -> dict:
+        d = {"code": self.code, "detail": self.detail}
+        if self.seq is not None:
+            d["seq"] = self.seq
+        return d
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    seq: int
+    tool: str
+    verdict: str
+    reason: str
+    detail: str
+    parent_seq: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "tool": self.tool, "verdict": self.verdict, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    disposition: str
+    steps: tuple[StepVerdict, ...]
+    reasons: tuple[Reason, ...]
+
+    def as_dict(self) -> dict:
+        return {
+            "disposition": self.disposition,
+            "steps": [s.as_dict() for s in self.steps],
+            "reasons": [r.as_dict() for r in self.reasons],
+        }
+
+    def verdict_of(self, seq: int) -> str | None:
+        return next((s.verdict for s in self.steps if s.seq == seq and s.parent_seq is None), None)
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat() if value else "an unknown time"
+
+
+def _args_text(args) -> str:
+    import json
+
+    try:
+        text = json.dumps(args, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(args)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _verdict(step: StepFacts) -> StepVerdict:
+    def v(verdict, reason, detail):
+        return StepVerdict(step.seq, step.tool, verdict, reason, detail, step.parent_seq)
+
+    if step.phase not in PHASES:
+        return v(CORRUPT, "unknown_phase", f"Step {step.seq} has an unreadable phase {step.phase!r}.")
+    if step.recovery_mode not in MODES:
+        return v(CORRUPT, "unknown_mode", f"Step {step.seq} has an unreadable recovery mode {step.recovery_mode!r}.")
+    if not isinstance(step.args, dict) or not step.result_readable:
+        return v(CORRUPT, "unreadable_payload", f"Step {step.seq}'s saved payload cannot be read.")
+    if step.has_result and step.phase in ("planned", "dispatched"):
+        return v(CORRUPT, "result_without_completion", f"Step {step.seq} has a result but was never completed.")
+    if step.phase in ("completed", "failed") and step.dispatched_at is None:
+        return v(CORRUPT, "result_without_dispatch", f"Step {step.seq} completed but its dispatch was never recorded.")
+    if step.phase == "dispatched" and step.dispatched_at is None:
+        return v(CORRUPT, "dispatch_unrecorded", f"Step {step.seq} is dispatched with no dispatch time.")
+    if step.phase == "completed":
+        detail = "Saved result is kept; the step is not run again."
+        return v(REUSE, "reused" if step.reused else "completed", detail)
+    if step.phase == "failed":
+        return v(REUSE, "failed", f"The saved failure is kept: {step.error or 'no detail'}.")
+    if step.phase == "planned":
+        return v(NOT_DISPATCHED, "not_dispatched", "Planned but never dispatched: it runs with a fresh identity.")
+    args = _args_text(step.args)
+    when = _when(step.dispatched_at)
+    if step.recovery_mode == "replay":
+        return v(REPLAY, "replay_safe", f"{step.tool} is safe to run again; it was dispatched at {when}.")
+    if step.recovery_mode == "notify":
+        return v(
+            UNKNOWN_OUTCOME,
+            "unknown_outcome",
+            f"{step.tool}({args}) was dispatched at {when} and no result was saved: it may or may not have happened.",
+        )
+    return v(DROP, "forget", f"{step.tool} was dispatched at {when} with no result; its recovery mode drops it.")
+
+
+def _contradictions(facts: RunFacts) -> list[Reason]:
+    """Checkpoint-level contradictions: gaps, order, and disagreement with the plan."""
+    reasons = []
+    plan_steps = facts.plan.get("steps") if isinstance(facts.plan, dict) else None
+    if not isinstance(plan_steps, list):
+        return [Reason("unreadable_plan", "The run's saved plan cannot be read.")]
+    top = [s for s in facts.steps if s.parent_seq is None]
+    seqs = sorted(s.seq for s in top)
+    if len(set(seqs)) != len(seqs):
+        reasons.append(Reason("duplicate_seq", "Two checkpoints claim the same step number."))
+    expected = list(range(1, len(seqs) + 1))
+    if seqs != expected:
+        missing = sorted(set(range(1, (max(seqs) if seqs else 0) + 1)) - set(seqs))
+        first = missing[0] if missing else None
+        reasons.append(Reason("seq_gap", f"Checkpoints skip step {first}; steps must be recorded in order.", first))
+    for s in top:
+        if s.seq > len(plan_steps):
+            reasons.append(Reason("step_not_in_plan", f"Step {s.seq} is beyond the plan's {len(plan_steps)} steps.", s.seq))
+        else:
+            planned = plan_steps[s.seq - 1]
+            if not isinstance(planned, dict) or planned.get("tool") != s.tool:
+                reasons.append(
+                    Reason("plan_mismatch", f"Step {s.seq} ran {s.tool} but the plan says {planned.get('tool') if isinstance(planned, dict) else '?'}.", s.seq)
+                )
+    completed_times = [(s.seq, s.completed_at) for s in top if s.completed_at is not None]
+    for s in top:
+        if s.dispatched_at is None:
+            continue
+        for later_seq, completed_at in completed_times:
+            if later_seq > s.seq and completed_at < s.dispatched_at:
+                reasons.append(
+                    Reason(
+                        "dispatch_after_later_completion",
+                        f"Step {s.seq} was dispatched after step {later_seq} had already completed.",
+                        s.seq,
+                    )
+                )
+                break
+    parents = {s.seq for s in facts.steps}
+    for s in facts.steps:
+        if s.parent_seq is not None and s.parent_seq not in parents:
+            reasons.append(Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq))
+    return reasons
+
+
+def classify(facts: RunFacts) -> Diagnosis:
+    verdicts = tuple(_verdict(s) for s in sorted(facts.steps, key=lambda s: (s.parent_seq or 0, s.seq)))
+    if facts.status not in ("interrupted", "stopped"):
+        return Diagnosis(NONE, verdicts, ())
+
+    reasons: list[Reason] = []
+    corrupt = [v for v in verdicts if v.verdict == CORRUPT]
+    contradictions = _contradictions(facts)
+    if corrupt or contradictions:
+        reasons += [Reason(v.reason, v.detail, v.seq) for v in corrupt] + contradictions
+        return Diagnosis(CORRUPT, verdicts, tuple(reasons))
+
+    if facts.recovery_disabled:
+        return Diagnosis(NEEDS_DECISION, verdicts, (Reason("checkpoint_too_large", facts.recovery_disabled),))
+
+    by_seq = {s.seq: s for s in facts.steps}
+    top = [v for v in verdicts if v.parent_seq is None]
+    for v in top:
+        if v.verdict in (REPLAY, UNKNOWN_OUTCOME, DROP) and facts.earlier_interruptions.get(v.seq, 0) >= 1:
+            reasons.append(
+                Reason(
+                    "interrupted_twice",
+                    f"Step {v.seq} ({v.tool}) was interrupted in an earlier run of this chain too; "
+                    "it is not retried automatically again.",
+                    v.seq,
+                )
+            )
+    if facts.chain_length >= CHAIN_MAX_RUNS:
+        reasons.append(
+            Reason("chain_exhausted", f"This chain already holds {facts.chain_length} runs, the most it may.")
+        )
+    if reasons:
+        return Diagnosis(EXHAUSTED, verdicts, tuple(reasons))
+
+    for v in top:
+        step = by_seq[v.seq]
+        if v.verdict == UNKNOWN_OUTCOME:
+            reasons.append(
+                Reason(
+                    "unknown_outcome",
+                    f"{step.tool} with {_args_text(step.args)} was dispatched at {_when(step.dispatched_at)} "
+                    "and no result was saved.",
+                    v.seq,
+                )
+            )
+        elif v.verdict == REUSE and v.reason == "failed":
+            reasons.append(Reason("step_failed", f"Step {v.seq} ({v.tool}) failed: {step.error or 'no detail'}.", v.seq))
+    # A nested call of unknown outcome parks its parent as well.
+    for v in verdicts:
+        if v.parent_seq is not None and v.verdict == UNKNOWN_OUTCOME:
+            step = by_seq[v.seq]
+            reasons.append(
+                Reason(
+                    "unknown_outcome",
+                    f"Nested {step.tool} (under step {v.parent_seq}) was dispatched at {_when(step.dispatched_at)} "
+                    "and no result was saved.",
+                    v.seq,
+                )
+            )
+    if reasons:
+        return Diagnosis(NEEDS_DECISION, verdicts, tuple(reasons))
+    return Diagnosis(AUTO_RESUMABLE, verdicts, ())

@@ -1,0 +1,126 @@
+"""The recovery domain: actions attached to a source task and run, their attempts and repairs."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from tasks.models import Agent, Organization, Run, Task
+
+
+class ActionKind(models.TextChoices):
+    CONTINUATION = "continuation"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    WORKSPACE_VALIDATION = "workspace_validation"
+    WORKSPACE_EXPORT = "workspace_export"
+    USER_CONTINUATION = "user_continuation"
+
+
+class ActionStatus(models.TextChoices):
+    OPEN = "open"
+    RETRYING = "retrying"
+    EXHAUSTED = "exhausted"
+    RESOLVED = "resolved"
+    RETIRED = "retired"
+    CANCELLED = "cancelled"
+
+
+LIVE_ACTION_STATUSES = (ActionStatus.OPEN, ActionStatus.RETRYING, ActionStatus.EXHAUSTED)
+
+
+class RecoveryAction(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="recovery_actions")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="actions")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="actions")
+    kind = models.CharField(max_length=24, choices=ActionKind.choices)
+    status = models.CharField(max_length=12, choices=ActionStatus.choices, default=ActionStatus.OPEN)
+    # A stable reason code (e.g. `unknown_outcome`, `interrupted_twice`) and its evidence.
+    cause = models.CharField(max_length=64)
+    evidence = models.JSONField(default=dict)
+    # The step an unknown-outcome action is about.
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    original_owner = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    # Who owns the next move: a role (`role:operator`, `role:admin`) or a person (`user:<name>`).
+    recovery_owner = models.CharField(max_length=150, blank=True)
+    repair_task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    return_owner = models.CharField(max_length=150, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=2)
+    due_at = models.DateTimeField(null=True, blank=True)
+    next_action = models.CharField(max_length=300, blank=True)
+    # The gate that refused the last admission, kept so the card can say why.
+    gate = models.CharField(max_length=32, blank=True)
+    gate_detail = models.CharField(max_length=300, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    resolution = models.CharField(max_length=32, blank=True)
+    resolution_note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "status"], name="action_org_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "kind", "run"],
+                condition=Q(status__in=LIVE_ACTION_STATUSES),
+                name="action_one_live_per_task_kind_run",
+            ),
+            models.CheckConstraint(condition=Q(kind__in=ActionKind.values), name="action_kind_valid"),
+            models.CheckConstraint(condition=Q(status__in=ActionStatus.values), name="action_status_valid"),
+            models.CheckConstraint(
+                condition=Q(attempts__lte=models.F("max_attempts")), name="action_attempts_within_max"
+            ),
+        ]
+
+    def __str__(self):
+        return f"action #{self.pk} {self.kind} ({self.status})"
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_ACTION_STATUSES
+
+
+class AttemptOutcome(models.TextChoices):
+    REQUESTED = "requested"
+    CONTINUED = "continued"
+    REJECTED = "rejected"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class RecoveryAttempt(models.Model):
+    action = models.ForeignKey(RecoveryAction, on_delete=models.CASCADE, related_name="attempt_history")
+    number = models.PositiveIntegerField()
+    requested_by = models.CharField(max_length=150)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    continuation_run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="recovery_attempt"
+    )
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.REQUESTED)
+    rejected_gate = models.CharField(max_length=32, blank=True)
+    rejected_detail = models.CharField(max_length=300, blank=True)
+    accepted_duplicate_risk = models.BooleanField(default=False)
+    decision = models.CharField(max_length=16, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["action_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["action", "number"], name="attempt_number_unique")]
+
+
+class RepairKind(models.TextChoices):
+    RETRY_EXPORT = "retry_export"
+    RECONCILE = "reconcile"
+    REISSUE = "reissue"
+
+
+class Repair(models.Model):
+    action = models.ForeignKey(RecoveryAction, on_delete=models.CASCADE, related_name="repairs")
+    repair = models.CharField(max_length=16, choices=RepairKind.choices)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    status = models.CharField(max_length=12, default="requested")
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)

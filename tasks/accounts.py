@@ -1,0 +1,77 @@
+"""Organizations, members, agents, workers and their tokens. Each function is one transaction."""
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from tasks.errors import Invalid, NotFound
+from tasks.events import event_append
+from tasks.models import Agent, AgentProfile, ApiToken, Membership, Organization, Role, Worker
+
+
+@transaction.atomic
+def org_create(*, slug: str, name: str = "", actor="cli") -> tuple[Organization, bool]:
+    """Create an organization; an existing slug is returned unchanged."""
+    org, created = Organization.objects.get_or_create(slug=slug, defaults={"name": name or slug})
+    if created:
+        event_append(org_id=org.pk, kind="org_created", actor=actor, payload={"slug": slug})
+    return org, created
+
+
+def org_get(slug: str) -> Organization:
+    org = Organization.objects.filter(slug=slug).first()
+    if org is None:
+        raise NotFound(f"No organization {slug!r}.")
+    return org
+
+
+@transaction.atomic
+def member_add(*, org: Organization, username: str, role: str, password: str | None = None, actor="cli"):
+    """Create the user if missing and set their role in `org`."""
+    if role not in Role.values:
+        raise Invalid(f"Role must be one of {', '.join(Role.values)}.", field="role")
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username=username)
+    if password:
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    elif created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    membership, _ = Membership.objects.update_or_create(user=user, org=org, defaults={"role": role})
+    event_append(org_id=org.pk, kind="member_set", actor=actor, payload={"username": username, "role": role})
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, org: Organization, username: str, actor="cli") -> bool:
+    deleted, _ = Membership.objects.filter(org=org, user__username=username).delete()
+    if deleted:
+        event_append(org_id=org.pk, kind="member_removed", actor=actor, payload={"username": username})
+    return bool(deleted)
+
+
+@transaction.atomic
+def agent_add(*, org: Organization, name: str, auto_resume: bool = True, actor="cli") -> Agent:
+    agent, created = Agent.objects.get_or_create(org=org, name=name)
+    profile, _ = AgentProfile.objects.get_or_create(agent=agent, defaults={"auto_resume": auto_resume})
+    if created:
+        event_append(org_id=org.pk, kind="agent_created", actor=actor, payload={"name": name, "auto_resume": auto_resume})
+    return agent
+
+
+@transaction.atomic
+def token_issue(*, username: str | None = None, worker: str | None = None, org: Organization | None = None) -> str:
+    """Issue a token for a person or a worker identity; returns the key (only its digest is kept)."""
+    key = ApiToken.new_key()
+    if worker:
+        if org is None:
+            raise Invalid("A worker token needs an organization.")
+        worker_obj, _ = Worker.objects.get_or_create(org=org, name=worker)
+        ApiToken.objects.create(digest=ApiToken.hash(key), worker=worker_obj)
+        event_append(org_id=org.pk, kind="token_issued", actor="cli", payload={"worker": worker})
+    else:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise NotFound(f"No user {username!r}.")
+        ApiToken.objects.create(digest=ApiToken.hash(key), user=user)
+    return key

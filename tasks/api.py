@@ -1,0 +1,375 @@
+"""The runner API, the event feed, and the API's shared conventions (idempotency, pagination, limits)."""
+
+import hashlib
+import json
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tasks import services
+from tasks.auth import IsPerson, IsWorker
+from tasks.errors import IdempotencyConflict, PayloadTooLarge, ServiceError
+from tasks.models import IdempotencyRecord, Message, Run, Step, Worker
+from tasks.selectors import visible_events
+
+# --- conventions -------------------------------------------------------------
+
+
+class BaseAPIView(APIView):
+    """Refuses oversized bodies before parsing them, so nothing of them is written."""
+
+    def initial(self, request, *args, **kwargs):
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.CONSOLE_MAX_PAYLOAD:
+            raise PayloadTooLarge("The request body is larger than 8 MiB; nothing was saved.")
+        super().initial(request, *args, **kwargs)
+
+
+def _principal(user) -> str:
+    if isinstance(user, Worker):
+        return f"worker:{user.pk}"
+    return f"user:{user.pk}"
+
+
+def _fingerprint(request) -> str:
+    body = request.data if isinstance(request.data, dict | list) else {}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).hexdigest()
+
+
+def idempotent(request, handler) -> Response:
+    """Run `handler` once per Idempotency-Key.
+
+    The same key and body returns the first (successful) response again and
+    does nothing more; the same key with another body is 409. The record is
+    written in the same transaction as the effect, so two concurrent requests
+    with one key cannot both take effect: the loser's transaction rolls back
+    on the unique key and it answers with the winner's response.
+    """
+    key = request.headers.get("Idempotency-Key")
+    if not key:
+        return handler()
+    key = key[:200]
+    principal = _principal(request.user)
+    fingerprint = _fingerprint(request)
+
+    def replay() -> Response | None:
+        record = IdempotencyRecord.objects.filter(principal=principal, key=key).first()
+        if record is None:
+            return None
+        if record.fingerprint != fingerprint:
+            raise IdempotencyConflict("This Idempotency-Key was already used with a different request.")
+        return Response(record.response, status=record.status_code, headers={"Idempotent-Replayed": "true"})
+
+    previous = replay()
+    if previous is not None:
+        return previous
+    try:
+        with transaction.atomic():
+            response = handler()
+            if 200 <= response.status_code < 300:
+                IdempotencyRecord.objects.create(
+                    principal=principal,
+                    key=key,
+                    fingerprint=fingerprint,
+                    status_code=response.status_code,
+                    response=response.data,
+                )
+            return response
+    except IntegrityError:
+        previous = replay()
+        if previous is None:
+            raise
+        return previous
+
+
+def paginate(request, items: list, *, cursor_param: str, cursor_value) -> dict:
+    """`{"results", "next"}` where `next` carries the keyset cursor of the last item."""
+    next_url = None
+    if cursor_value is not None:
+        params = request.query_params.copy()
+        params[cursor_param] = cursor_value
+        next_url = request.build_absolute_uri(request.path) + "?" + urlencode(params)
+    return {"results": items, "next": next_url}
+
+
+def page_limit(request, default: int = 50, maximum: int = 500) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ServiceError("`limit` must be an integer.", field="limit") from exc
+    return max(1, min(value, maximum))
+
+
+def int_param(request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ServiceError(f"`{name}` must be an integer.", field=name) from exc
+
+
+def iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+# --- presenters ----------------------------------------------------------------
+
+
+def message_data(message: Message) -> dict:
+    return {
+        "id": message.pk,
+        "body": message.body,
+        "author": message.author.username if message.author_id and message.author else None,
+        "created_at": iso(message.created_at),
+        "status": message.status,
+        "waiting_reason": message.waiting_reason,
+        "run": message.run_id,
+    }
+
+
+def step_data(step: Step) -> dict:
+    return {
+        "seq": step.seq,
+        "parent_seq": step.parent_seq,
+        "tool": step.tool,
+        "args": step.args,
+        "phase": step.phase,
+        "recovery_mode": step.recovery_mode,
+        "result": step.result,
+        "error": step.error or None,
+        "reused": step.reused_from_id is not None,
+        "usage": step.usage,
+        "planned_at": iso(step.planned_at),
+        "dispatched_at": iso(step.dispatched_at),
+        "completed_at": iso(step.completed_at),
+    }
+
+
+def claim_data(run: Run) -> dict:
+    reused = [
+        {"seq": s.seq, "result": s.result}
+        for s in run.steps.filter(reused_from__isnull=False).order_by("seq").only("seq", "result")
+    ]
+    messages = [message_data(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
+    return {
+        "run": run.pk,
+        "task": run.task_id,
+        "agent": run.agent.name,
+        "attempt": run.attempt,
+        "lease_epoch": run.lease_epoch,
+        "lease_expires_at": iso(run.lease_expires_at),
+        "input": run.input,
+        "reused": reused,
+        "messages": messages,
+        "workspace": run.task.workspace,
+    }
+
+
+# --- runner API ------------------------------------------------------------------
+
+
+class EpochIn(serializers.Serializer):
+    epoch = serializers.IntegerField()
+
+
+class RunnerView(BaseAPIView):
+    permission_classes = [IsWorker]
+
+
+class ClaimView(RunnerView):
+    class InputSerializer(serializers.Serializer):
+        worker = serializers.CharField(max_length=100, required=False, allow_blank=True)
+
+    @extend_schema(request=InputSerializer, responses={200: OpenApiTypes.OBJECT, 204: None})
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            run = services.run_claim(worker=request.user, label=data.validated_data.get("worker", ""))
+            if run is None:
+                return Response(status=status.HTTP_204_NO_CONTENT)
+            return Response(claim_data(run))
+
+        return idempotent(request, handle)
+
+
+class HeartbeatView(RunnerView):
+    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    def post(self, request, run_id: int):
+        data = EpochIn(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            run = services.run_heartbeat(worker=request.user, run_id=run_id, epoch=data.validated_data["epoch"])
+            return Response(
+                {"lease_expires_at": iso(run.lease_expires_at), "stop_requested": run.status == "stopping"}
+            )
+
+        return idempotent(request, handle)
+
+
+class StepPlanView(RunnerView):
+    class InputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        seq = serializers.IntegerField(min_value=1)
+        tool = serializers.CharField(max_length=100)
+        args = serializers.JSONField(required=False, default=dict)
+        parent_seq = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request, run_id: int):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            step = services.step_plan(
+                worker=request.user,
+                run_id=run_id,
+                epoch=v["epoch"],
+                seq=v["seq"],
+                tool=v["tool"],
+                args=v.get("args"),
+                parent_seq=v.get("parent_seq"),
+            )
+            return Response(
+                {"seq": step.seq, "phase": step.phase, "recovery_mode": step.recovery_mode},
+                status=status.HTTP_201_CREATED,
+            )
+
+        return idempotent(request, handle)
+
+
+class StepDispatchView(RunnerView):
+    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    def post(self, request, run_id: int, seq: int):
+        data = EpochIn(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            step = services.step_dispatch(
+                worker=request.user, run_id=run_id, epoch=data.validated_data["epoch"], seq=seq
+            )
+            return Response({"seq": step.seq, "phase": step.phase})
+
+        return idempotent(request, handle)
+
+
+class StepCompleteView(RunnerView):
+    class InputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        ok = serializers.BooleanField()
+        result = serializers.JSONField(required=False, allow_null=True, default=None)
+        error = serializers.CharField(required=False, allow_null=True, allow_blank=True, default="")
+        usage = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
+        result_too_large = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, run_id: int, seq: int):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            step, stop = services.step_complete(
+                worker=request.user,
+                run_id=run_id,
+                epoch=v["epoch"],
+                seq=seq,
+                ok=v["ok"],
+                result=v.get("result"),
+                error=v.get("error") or "",
+                usage=v.get("usage"),
+                result_too_large=v.get("result_too_large", False),
+            )
+            return Response({"seq": step.seq, "phase": step.phase, "stop_requested": stop})
+
+        return idempotent(request, handle)
+
+
+class FinishView(RunnerView):
+    class InputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        status = serializers.CharField()
+        error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
+        detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
+
+    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, run_id: int):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            run = services.run_finish(
+                worker=request.user,
+                run_id=run_id,
+                epoch=v["epoch"],
+                status=v["status"],
+                error_code=v.get("error_code") or "",
+                detail=v.get("detail") or "",
+            )
+            return Response(
+                {
+                    "run": run.pk,
+                    "id": run.pk,
+                    "status": run.status,
+                    "error_code": run.error_code,
+                    "stop_receipt": run.stop_receipt,
+                }
+            )
+
+        return idempotent(request, handle)
+
+
+# --- events ------------------------------------------------------------------------
+
+
+def event_data(event) -> dict:
+    return {
+        "id": event.pk,
+        "kind": event.kind,
+        "task": event.task_id,
+        "run": event.run_id,
+        "actor": event.actor,
+        "payload": event.payload,
+        "created_at": iso(event.created_at),
+    }
+
+
+class EventListView(BaseAPIView):
+    permission_classes = [IsPerson]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="Return events with an id greater than this."),
+            OpenApiParameter("task", int, description="Only this task's events."),
+            OpenApiParameter("limit", int),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request):
+        after = int_param(request, "after") or 0
+        task_id = int_param(request, "task")
+        limit = page_limit(request, default=200, maximum=1000)
+        qs = visible_events(request.user).filter(id__gt=after).order_by("id")
+        if task_id is not None:
+            qs = qs.filter(task_id=task_id)
+        events = list(qs[: limit + 1])
+        more = len(events) > limit
+        events = events[:limit]
+        cursor = events[-1].pk if more else None
+        return Response(paginate(request, [event_data(e) for e in events], cursor_param="after", cursor_value=cursor))

@@ -1,0 +1,111 @@
+"""Service errors with stable codes, and the API's one error format."""
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ServiceError(Exception):
+    """A refusal a caller can act on. `code` is stable; `detail` is for people."""
+
+    code = "invalid"
+    status_code = 400
+
+    def __init__(self, detail: str, *, code: str | None = None, status_code: int | None = None, **extra):
+        super().__init__(detail)
+        self.detail = detail
+        if code:
+            self.code = code
+        if status_code:
+            self.status_code = status_code
+        self.extra = extra
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "detail": self.detail, **self.extra}
+
+
+class Invalid(ServiceError):
+    code = "invalid"
+    status_code = 400
+
+
+class NotFound(ServiceError):
+    code = "not_found"
+    status_code = 404
+
+
+class Forbidden(ServiceError):
+    code = "forbidden"
+    status_code = 403
+
+
+class StaleLease(ServiceError):
+    code = "stale_lease"
+    status_code = 409
+
+
+class StaleVersion(ServiceError):
+    code = "stale_version"
+    status_code = 409
+
+
+class GateClosed(ServiceError):
+    code = "gate_closed"
+    status_code = 409
+
+    def __init__(self, detail: str, *, gate: str, **extra):
+        super().__init__(detail, gate=gate, **extra)
+        self.gate = gate
+
+
+class NotEligible(ServiceError):
+    code = "not_eligible"
+    status_code = 409
+
+
+class IdempotencyConflict(ServiceError):
+    code = "idempotency_conflict"
+    status_code = 409
+
+
+class PayloadTooLarge(ServiceError):
+    code = "payload_too_large"
+    status_code = 413
+
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "not_authenticated",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.UnsupportedMediaType: "invalid",
+    exceptions.ParseError: "invalid",
+    exceptions.ValidationError: "invalid",
+    exceptions.Throttled: "throttled",
+}
+
+
+def exception_handler(exc, context):
+    """Every API error is `{"code", "detail", ...}` with the right status."""
+    if isinstance(exc, ServiceError):
+        return Response(exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            {"code": "payload_too_large", "detail": "The request body is larger than 8 MiB."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"code": code, "detail": "The request is not valid.", "errors": exc.detail}
+    else:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        response.data = {"code": code, "detail": detail}
+    return response

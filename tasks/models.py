@@ -1,0 +1,362 @@
+"""The execution domain: who runs what, and the checkpoints of every step.
+
+State fields change only through service functions (tasks/services.py); the
+constraints below are the rules that must hold even if a service is wrong.
+"""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Organization(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.slug
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+ROLE_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "org"], name="membership_one_per_user_org"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.org} ({self.role})"
+
+    def allows(self, role: str) -> bool:
+        return ROLE_RANK[self.role] >= ROLE_RANK[role]
+
+
+class Agent(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="agents")
+    name = models.SlugField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "name"], name="agent_name_unique_in_org")]
+
+    def __str__(self):
+        return self.name
+
+
+class AgentProfile(models.Model):
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="profile")
+    auto_resume = models.BooleanField(default=True)
+    # tool name -> "replay" | "notify" | "forget"; tools absent here use the defaults.
+    tool_modes = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"profile of {self.agent}"
+
+
+class Worker(models.Model):
+    """A runner identity. Authenticates with its own token; never a person."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="workers")
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "name"], name="worker_name_unique_in_org")]
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __str__(self):
+        return f"worker {self.name}@{self.org}"
+
+
+class ApiToken(models.Model):
+    """One API token. Only the digest is stored; the key is shown once."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(user__isnull=False, worker__isnull=True) | Q(user__isnull=True, worker__isnull=False)),
+                name="token_has_exactly_one_principal",
+            )
+        ]
+
+    @staticmethod
+    def hash(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    @staticmethod
+    def new_key() -> str:
+        return secrets.token_hex(20)
+
+
+class TaskStatus(models.TextChoices):
+    TODO = "todo"
+    IN_PROGRESS = "in_progress"
+    BLOCKED = "blocked"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class Task(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="tasks")
+    title = models.CharField(max_length=300)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
+    creator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="created_tasks"
+    )
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO)
+    paused = models.BooleanField(default=False)
+    budget_limit = models.PositiveIntegerField(null=True, blank=True)
+    budget_used = models.PositiveIntegerField(default=0)
+    private = models.BooleanField(default=False)
+    workspace = models.CharField(max_length=1000, blank=True)
+    export_destination = models.CharField(max_length=1000, blank=True)
+    dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "-updated_at", "-id"], name="task_org_recent")]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=TaskStatus.values), name="task_status_valid"),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.title}"
+
+    @property
+    def budget_exhausted(self) -> bool:
+        return self.budget_limit is not None and self.budget_used >= self.budget_limit
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.STOPPING)
+LEASED_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.STOPPING)
+FINAL_RUN_STATUSES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.STOPPED,
+    RunStatus.INTERRUPTED,
+    RunStatus.CANCELLED,
+)
+
+
+class Run(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="runs")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    continues = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="continued_by"
+    )
+    attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_detail = models.TextField(blank=True)
+    input = models.JSONField(default=dict)
+    # Why the run was asked to stop: "stop" (a person), "paused", "budget".
+    stop_reason = models.CharField(max_length=16, blank=True)
+    stop_requested_by = models.CharField(max_length=150, blank=True)
+    # How the stop was verified: {"by": "worker"|"lease_lapse"|"not_started", "epoch", "at"}.
+    stop_receipt = models.JSONField(null=True, blank=True)
+    # Set when a checkpoint could not be saved whole: recovery is off for this run.
+    recovery_disabled = models.CharField(max_length=200, blank=True)
+    # The worker identity whose token holds the lease, and its instance label.
+    lease_worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_epoch = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "status", "id"], name="run_org_status"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            # One live execution per task: a continuation cannot be admitted
+            # while another run of the task is queued, running or stopping.
+            models.UniqueConstraint(
+                fields=["task"], condition=Q(status__in=LIVE_RUN_STATUSES), name="run_one_live_per_task"
+            ),
+            # A leased run has exactly one holder and an expiry.
+            models.CheckConstraint(
+                condition=~Q(status__in=LEASED_RUN_STATUSES)
+                | (~Q(lease_owner="") & Q(lease_expires_at__isnull=False) & Q(lease_epoch__gt=0)),
+                name="run_leased_has_holder",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RunStatus.QUEUED) | Q(lease_expires_at__isnull=True),
+                name="run_queued_has_no_lease",
+            ),
+        ]
+
+    def __str__(self):
+        return f"run #{self.pk} ({self.status})"
+
+
+class StepPhase(models.TextChoices):
+    PLANNED = "planned"
+    DISPATCHED = "dispatched"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class RecoveryMode(models.TextChoices):
+    REPLAY = "replay"
+    NOTIFY = "notify"
+    FORGET = "forget"
+
+
+class Step(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    parent_seq = models.PositiveIntegerField(null=True, blank=True)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(default=dict)
+    recovery_mode = models.CharField(max_length=8, choices=RecoveryMode.choices)
+    phase = models.CharField(max_length=12, choices=StepPhase.choices, default=StepPhase.PLANNED)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    usage = models.PositiveIntegerField(default=0)
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by"
+    )
+    dispatch_epoch = models.PositiveIntegerField(null=True, blank=True)
+    planned_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="step_one_per_run_seq"),
+            models.CheckConstraint(condition=Q(phase__in=StepPhase.values), name="step_phase_valid"),
+            models.CheckConstraint(condition=Q(recovery_mode__in=RecoveryMode.values), name="step_mode_valid"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="step_seq_positive"),
+            # Phase order: nothing is dispatched before it was planned, nothing
+            # completes before its dispatch was recorded.
+            models.CheckConstraint(
+                condition=(
+                    Q(phase=StepPhase.PLANNED, dispatched_at__isnull=True, completed_at__isnull=True)
+                    | Q(phase=StepPhase.DISPATCHED, dispatched_at__isnull=False, completed_at__isnull=True)
+                    | Q(
+                        phase__in=[StepPhase.COMPLETED, StepPhase.FAILED],
+                        dispatched_at__isnull=False,
+                        completed_at__isnull=False,
+                    )
+                ),
+                name="step_phase_order",
+            ),
+            models.CheckConstraint(
+                condition=Q(result__isnull=True) | Q(phase__in=[StepPhase.COMPLETED, StepPhase.FAILED]),
+                name="step_result_only_when_done",
+            ),
+        ]
+
+    def __str__(self):
+        return f"step {self.seq} {self.tool} ({self.phase})"
+
+
+class MessageStatus(models.TextChoices):
+    WAITING = "waiting"
+    ADMITTED = "admitted"
+    DELIVERED = "delivered"
+
+
+class Message(models.Model):
+    """A follow-up a person wrote on a task; delivered to exactly one run."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="messages")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    body = models.TextField()
+    status = models.CharField(max_length=12, choices=MessageStatus.choices, default=MessageStatus.WAITING)
+    waiting_reason = models.CharField(max_length=200, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=MessageStatus.values), name="message_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status=MessageStatus.WAITING) | Q(run__isnull=False),
+                name="message_admitted_has_run",
+            ),
+        ]
+
+
+class Event(models.Model):
+    """Append-only log: audit history, outbox for live updates, reconnect cursor."""
+
+    id = models.BigAutoField(primary_key=True)
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="events")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=64)
+    actor = models.CharField(max_length=150)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "id"], name="event_org_id"),
+            models.Index(fields=["task", "id"], name="event_task_id"),
+        ]
+
+    def __str__(self):
+        return f"event {self.pk} {self.kind}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a mutation carrying an Idempotency-Key."""
+
+    principal = models.CharField(max_length=200)
+    key = models.CharField(max_length=200)
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["principal", "key"], name="idempotency_key_unique")]

@@ -1,0 +1,597 @@
+"""State changes of the execution domain. Each is one transaction and appends its events.
+
+Runner writes are fenced: they name the run and the lease epoch they hold, and
+are refused with `StaleLease` (changing nothing) when the epoch is old, the
+lease lapsed, or the run is held by another worker identity.
+"""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
+from tasks.events import event_append
+from tasks.holds import TaskFacts, task_hold
+from tasks.models import (
+    FINAL_RUN_STATUSES,
+    LEASED_RUN_STATUSES,
+    Agent,
+    Message,
+    MessageStatus,
+    Organization,
+    Run,
+    RunStatus,
+    Step,
+    StepPhase,
+    Task,
+    TaskStatus,
+    Worker,
+)
+from tasks.modes import mode_for
+
+MAX_PLAN_STEPS = 10_000
+
+
+def payload_size(value) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+
+
+def _check_payload(value, what: str) -> None:
+    if payload_size(value) > settings.CONSOLE_MAX_PAYLOAD:
+        raise PayloadTooLarge(f"The {what} is larger than 8 MiB; nothing was saved.")
+
+
+def lease_delta() -> timedelta:
+    return timedelta(seconds=settings.CONSOLE_LEASE_SECONDS)
+
+
+# --- tasks -----------------------------------------------------------------
+
+
+def validate_plan(plan) -> list[dict]:
+    """A plan is `{"steps": [{"tool": str, "args": {...}}, ...]}`; return its steps."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
+        raise Invalid('`input` must be an object with a list `steps`.', field="input")
+    steps = plan["steps"]
+    if len(steps) > MAX_PLAN_STEPS:
+        raise Invalid(f"A plan holds at most {MAX_PLAN_STEPS} steps.", field="input")
+    for i, step in enumerate(steps, start=1):
+        if not isinstance(step, dict) or not isinstance(step.get("tool"), str) or not step["tool"]:
+            raise Invalid(f"Step {i} needs a `tool` name.", field="input")
+        if not isinstance(step.get("args", {}), dict):
+            raise Invalid(f"Step {i}: `args` must be an object.", field="input")
+    return steps
+
+
+def workspace_path(task: Task) -> Path:
+    return Path(settings.CONSOLE_WORKSPACES).resolve() / task.org.slug / f"task-{task.pk}"
+
+
+@transaction.atomic
+def task_create(
+    *,
+    org: Organization,
+    actor,
+    title: str,
+    agent: str,
+    input: dict,
+    parent: int | None = None,
+    budget_limit: int | None = None,
+    private: bool = False,
+    export_destination: str = "",
+    creator=None,
+) -> Task:
+    """Create a task with its workspace directory and queue its first run."""
+    title = (title or "").strip()
+    if not title:
+        raise Invalid("A task needs a title.", field="title")
+    validate_plan(input)
+    _check_payload(input, "task input")
+    agent_obj = Agent.objects.filter(org=org, name=agent).first()
+    if agent_obj is None:
+        raise Invalid(f"No agent named {agent!r} in this organization.", field="agent")
+    parent_obj = None
+    if parent is not None:
+        parent_obj = Task.objects.filter(org=org, pk=parent).first()
+        if parent_obj is None:
+            raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
+    if budget_limit is not None and (not isinstance(budget_limit, int) or budget_limit < 0):
+        raise Invalid("`budget_limit` must be a non-negative integer.", field="budget_limit")
+    task = Task.objects.create(
+        org=org,
+        title=title[:300],
+        parent=parent_obj,
+        agent=agent_obj,
+        creator=creator,
+        budget_limit=budget_limit,
+        private=bool(private),
+        export_destination=export_destination or "",
+    )
+    path = workspace_path(task)
+    path.mkdir(parents=True, exist_ok=True)
+    Task.objects.filter(pk=task.pk).update(workspace=str(path))
+    task.workspace = str(path)
+    event_append(org_id=org.pk, task_id=task.pk, kind="task_created", actor=actor, payload={"title": task.title})
+    run_enqueue(task=task, actor=actor, input=input)
+    return task
+
+
+def run_enqueue(*, task: Task, actor, input: dict, continues: Run | None = None, payload: dict | None = None) -> Run:
+    """Queue a run of `task`. Refused (`NotEligible`) while another run of it is live.
+
+    Callers hold the transaction; the partial unique index `run_one_live_per_task`
+    settles races between two enqueuers.
+    """
+    if Run.objects.filter(task=task, status__in=(RunStatus.QUEUED, *LEASED_RUN_STATUSES)).exists():
+        raise NotEligible(f"Task #{task.pk} already has a live run.")
+    run = Run.objects.create(
+        org_id=task.org_id,
+        task=task,
+        agent_id=task.agent_id,
+        continues=continues,
+        attempt=(continues.attempt + 1) if continues else 1,
+        input=input,
+    )
+    event_append(
+        org_id=task.org_id,
+        task_id=task.pk,
+        run_id=run.pk,
+        kind="run_queued",
+        actor=actor,
+        payload={"attempt": run.attempt, "continues": continues.pk if continues else None, **(payload or {})},
+    )
+    return run
+
+
+def task_facts(task: Task) -> TaskFacts:
+    """Read the facts the holds decide on (a few queries, independent of history size)."""
+    paused_ancestors = []
+    seen = {task.pk}
+    parent_id = task.parent_id
+    while parent_id and parent_id not in seen:
+        seen.add(parent_id)
+        parent = Task.objects.filter(pk=parent_id).values("id", "paused", "parent_id").first()
+        if parent is None:
+            break
+        if parent["paused"]:
+            paused_ancestors.append(parent["id"])
+        parent_id = parent["parent_id"]
+    open_deps = tuple(
+        task.dependencies.exclude(status=TaskStatus.DONE).order_by("id").values_list("id", flat=True)
+    )
+    return TaskFacts(
+        task_id=task.pk,
+        status=task.status,
+        paused=task.paused,
+        budget_limit=task.budget_limit,
+        budget_used=task.budget_used,
+        paused_ancestors=tuple(paused_ancestors),
+        open_dependencies=open_deps,
+    )
+
+
+def _set_task_status(task_id: int, status: str) -> None:
+    Task.objects.filter(pk=task_id).exclude(status__in=(TaskStatus.CANCELLED,)).update(
+        status=status, updated_at=timezone.now()
+    )
+
+
+def _task_status_after(run: Run) -> str:
+    if run.status == RunStatus.SUCCEEDED:
+        return TaskStatus.DONE
+    if run.status in LEASED_RUN_STATUSES or run.status == RunStatus.QUEUED:
+        return TaskStatus.IN_PROGRESS
+    return TaskStatus.BLOCKED
+
+
+# --- the runner side -------------------------------------------------------
+
+
+def run_claim(*, worker: Worker, label: str) -> Run | None:
+    """Lease the oldest queued run of the worker's organization whose task is not held.
+
+    On PostgreSQL rows are taken with `FOR UPDATE SKIP LOCKED`, so concurrent
+    claimers never wait for each other and never take the same run; on SQLite
+    the IMMEDIATE transaction serializes claimers. Returns None when nothing is
+    admissible.
+    """
+    label = (label or "").strip()[:100] or worker.name
+    skipped: list[int] = []
+    for _ in range(20):
+        with transaction.atomic():
+            open_dependency = Task.dependencies.through.objects.filter(
+                from_task_id=OuterRef("task_id")
+            ).exclude(to_task__status=TaskStatus.DONE)
+            qs = (
+                Run.objects.filter(org_id=worker.org_id, status=RunStatus.QUEUED)
+                .filter(task__paused=False)
+                .exclude(task__status__in=(TaskStatus.DONE, TaskStatus.CANCELLED))
+                .filter(Q(task__budget_limit__isnull=True) | Q(task__budget_used__lt=F("task__budget_limit")))
+                .exclude(Exists(open_dependency))
+                .exclude(pk__in=skipped)
+                .order_by("id")
+            )
+            if connection.features.has_select_for_update_skip_locked:
+                qs = qs.select_for_update(skip_locked=True, of=("self",))
+            run = qs.select_related("task", "agent").first()
+            if run is None:
+                return None
+            hold = task_hold(task_facts(run.task))
+            if hold is not None:
+                # An ancestor pause cannot be filtered in SQL; skip this run.
+                skipped.append(run.pk)
+                continue
+            now = timezone.now()
+            updated = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+                status=RunStatus.RUNNING,
+                lease_worker=worker,
+                lease_owner=f"{worker.name}/{label}"[:200],
+                lease_epoch=F("lease_epoch") + 1,
+                lease_expires_at=now + lease_delta(),
+                started_at=now,
+            )
+            if updated != 1:
+                continue
+            run.refresh_from_db()
+            _set_task_status(run.task_id, TaskStatus.IN_PROGRESS)
+            # Follow-ups admitted into this run reach the agent with this claim.
+            delivered = list(
+                Message.objects.filter(run=run, status=MessageStatus.ADMITTED).values_list("pk", flat=True)
+            )
+            if delivered:
+                Message.objects.filter(pk__in=delivered).update(status=MessageStatus.DELIVERED)
+            event_append(
+                org_id=run.org_id,
+                task_id=run.task_id,
+                run_id=run.pk,
+                kind="run_claimed",
+                actor=worker,
+                payload={
+                    "epoch": run.lease_epoch,
+                    "owner": run.lease_owner,
+                    "attempt": run.attempt,
+                    "messages_delivered": delivered,
+                },
+            )
+            return run
+    return None
+
+
+def _held_run(*, worker: Worker, run_id: int, epoch) -> Run:
+    """Lock and return the run if `worker` holds its lease at `epoch`, else StaleLease."""
+    run = Run.objects.select_for_update().filter(pk=run_id).select_related("agent__profile").first()
+    if run is None or run.org_id != worker.org_id or run.lease_worker_id != worker.pk:
+        raise StaleLease(f"This worker does not hold run #{run_id}.")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch != run.lease_epoch:
+        raise StaleLease(f"Lease epoch {epoch!r} is not the current epoch of run #{run_id}.")
+    if run.status not in LEASED_RUN_STATUSES:
+        raise StaleLease(f"Run #{run_id} is {run.status}; its lease is over.")
+    if run.lease_expires_at is None or run.lease_expires_at <= timezone.now():
+        raise StaleLease(f"The lease on run #{run_id} lapsed at {run.lease_expires_at:%Y-%m-%d %H:%M:%S}.")
+    return run
+
+
+@transaction.atomic
+def run_heartbeat(*, worker: Worker, run_id: int, epoch: int) -> Run:
+    """Renew the lease of a running or stopping run. Renewal is bookkeeping, not an event."""
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    run.lease_expires_at = timezone.now() + lease_delta()
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at)
+    return run
+
+
+@transaction.atomic
+def step_plan(
+    *, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None
+) -> Step:
+    """Record that the run intends to call `tool` as step `seq`; resolves its recovery mode.
+
+    Repeating the same plan returns the saved step; a different plan for a taken
+    `seq` is refused.
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise Invalid("`seq` must be a positive integer.", field="seq")
+    if not isinstance(tool, str) or not tool:
+        raise Invalid("`tool` must be a tool name.", field="tool")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise Invalid("`args` must be an object.", field="args")
+    _check_payload(args, "step arguments")
+    parent = None
+    if parent_seq is not None:
+        parent = Step.objects.filter(run=run, seq=parent_seq).first()
+        if parent is None:
+            raise Invalid(f"No parent step {parent_seq} in run #{run.pk}.", field="parent_seq")
+    existing = Step.objects.filter(run=run, seq=seq).first()
+    if existing is not None:
+        if existing.tool == tool and existing.args == args and existing.parent_seq == parent_seq:
+            return existing
+        raise NotEligible(f"Step {seq} of run #{run.pk} is already planned as a different call.")
+    profile = getattr(run.agent, "profile", None)
+    step = Step.objects.create(
+        run=run,
+        seq=seq,
+        parent=parent,
+        parent_seq=parent_seq,
+        tool=tool,
+        args=args,
+        recovery_mode=mode_for(tool, profile.tool_modes if profile else None),
+        planned_at=timezone.now(),
+    )
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="step_planned",
+        actor=worker,
+        payload={"seq": seq, "tool": tool, "recovery_mode": step.recovery_mode},
+    )
+    return step
+
+
+@transaction.atomic
+def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
+    """Durably record that step `seq` is about to run. The worker runs the tool only after this commits.
+
+    Refused while a stop is requested (nothing new starts after Stop), and for a
+    step that is not planned.
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    step = Step.objects.filter(run=run, seq=seq).first()
+    if step is None:
+        raise NotFound(f"Run #{run.pk} has no step {seq}.")
+    if step.phase == StepPhase.DISPATCHED and step.dispatch_epoch == epoch:
+        return step
+    if step.phase != StepPhase.PLANNED:
+        raise NotEligible(f"Step {seq} is {step.phase}; only a planned step can be dispatched.")
+    if run.status == RunStatus.STOPPING:
+        raise NotEligible(
+            f"Run #{run.pk} was asked to stop; step {seq} was not dispatched.", reason="stop_requested"
+        )
+    now = timezone.now()
+    updated = Step.objects.filter(pk=step.pk, phase=StepPhase.PLANNED).update(
+        phase=StepPhase.DISPATCHED, dispatched_at=now, dispatch_epoch=epoch
+    )
+    if updated != 1:
+        raise NotEligible(f"Step {seq} changed while being dispatched.")
+    step.refresh_from_db()
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="step_dispatched",
+        actor=worker,
+        payload={"seq": seq, "tool": step.tool},
+    )
+    return step
+
+
+@transaction.atomic
+def step_complete(
+    *,
+    worker: Worker,
+    run_id: int,
+    epoch: int,
+    seq: int,
+    ok: bool,
+    result=None,
+    error: str = "",
+    usage=None,
+    result_too_large: bool = False,
+) -> tuple[Step, bool]:
+    """Record the outcome of a dispatched step; returns it and whether the run should stop.
+
+    `usage` (default 1) is added to the task's budget; reaching the limit asks
+    the run to stop at this boundary. A result the worker could not send whole
+    (`result_too_large`) completes the step without a saved result and disables
+    recovery for the run, saying why; execution goes on.
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if not isinstance(ok, bool):
+        raise Invalid("`ok` must be true or false.", field="ok")
+    step = Step.objects.filter(run=run, seq=seq).first()
+    if step is None:
+        raise NotFound(f"Run #{run.pk} has no step {seq}.")
+    phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
+    if step.phase == phase and step.dispatch_epoch == epoch:
+        return step, run.status == RunStatus.STOPPING
+    if step.phase != StepPhase.DISPATCHED:
+        raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
+    if usage is None:
+        usage = 1
+    if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
+        raise Invalid("`usage` must be a non-negative integer.", field="usage")
+    _check_payload(result, "step result")
+    error = "" if error is None else str(error)[:10_000]
+    updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
+        phase=phase, result=None if result_too_large else result, error=error, usage=usage,
+        completed_at=timezone.now(),
+    )
+    if updated != 1:
+        raise NotEligible(f"Step {seq} changed while being completed.")
+    step.refresh_from_db()
+    if result_too_large and not run.recovery_disabled:
+        run.recovery_disabled = f"The result of step {seq} exceeded 8 MiB and could not be checkpointed."
+        Run.objects.filter(pk=run.pk).update(recovery_disabled=run.recovery_disabled)
+        event_append(
+            org_id=run.org_id, task_id=run.task_id, run_id=run.pk, kind="run_recovery_disabled", actor=worker,
+            payload={"seq": seq, "reason": run.recovery_disabled},
+        )
+    if usage:
+        Task.objects.filter(pk=run.task_id).update(budget_used=F("budget_used") + usage, updated_at=timezone.now())
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="step_completed" if ok else "step_failed",
+        actor=worker,
+        payload={"seq": seq, "tool": step.tool, "usage": usage},
+    )
+    task = Task.objects.get(pk=run.task_id)
+    if run.status == RunStatus.RUNNING and task.budget_exhausted:
+        _request_stop(run, actor="system", reason="budget")
+    return step, run.status == RunStatus.STOPPING
+
+
+def _request_stop(run: Run, *, actor, reason: str) -> None:
+    """running → stopping, inside the caller's transaction, with its event."""
+    updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.STOPPING, stop_reason=reason, stop_requested_by=str(getattr(actor, "username", actor))
+    )
+    if updated:
+        run.status = RunStatus.STOPPING
+        run.stop_reason = reason
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="run_stop_requested",
+            actor=actor,
+            payload={"reason": reason},
+        )
+
+
+@transaction.atomic
+def run_finish(
+    *, worker: Worker, run_id: int, epoch: int, status: str, error_code: str = "", detail: str = ""
+) -> Run:
+    """End the worker's execution of a run.
+
+    running → succeeded (only when every step of the plan completed) | failed; stopping → stopped with a stop receipt (or
+    succeeded, when the worker reports that every step completed before it saw
+    the stop: the evidence says the work is done). `succeeded` is refused while
+    a step is still planned or dispatched.
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
+        raise Invalid("`status` must be succeeded, failed or stopped.", field="status")
+    if status == RunStatus.SUCCEEDED:
+        if run.steps.filter(phase__in=(StepPhase.PLANNED, StepPhase.DISPATCHED)).exists():
+            raise NotEligible("A run with an unfinished step cannot succeed.")
+        planned = len(run.input.get("steps", [])) if isinstance(run.input, dict) else 0
+        done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
+        if done != planned:
+            raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
+    now = timezone.now()
+    receipt = None
+    if run.status == RunStatus.STOPPING:
+        final = RunStatus.SUCCEEDED if status == RunStatus.SUCCEEDED else RunStatus.STOPPED
+        receipt = {"by": "worker", "epoch": epoch, "at": now.isoformat(), "reported": status}
+    elif status == RunStatus.STOPPED:
+        final = RunStatus.STOPPED
+        receipt = {"by": "worker", "epoch": epoch, "at": now.isoformat(), "reported": status}
+    else:
+        final = status
+    fields = dict(
+        status=final,
+        error_code=(error_code or "")[:64],
+        error_detail=(detail or "")[:10_000],
+        finished_at=now,
+        stop_receipt=receipt,
+    )
+    Run.objects.filter(pk=run.pk, status__in=LEASED_RUN_STATUSES).update(**fields)
+    run.refresh_from_db()
+    _set_task_status(run.task_id, _task_status_after(run))
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_stopped" if final == RunStatus.STOPPED else "run_finished",
+        actor=worker,
+        payload={"status": final, "error_code": run.error_code, "receipt": receipt},
+    )
+    return run
+
+
+# --- operators -------------------------------------------------------------
+
+
+@transaction.atomic
+def run_request_stop(*, actor, run: Run) -> Run:
+    """A person's Stop. running → stopping; queued → stopped (it never started).
+
+    Stopping or final runs are returned unchanged: pressing Stop twice does nothing more.
+    """
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status == RunStatus.RUNNING:
+        _request_stop(run, actor=actor, reason="stop")
+    elif run.status == RunStatus.QUEUED:
+        now = timezone.now()
+        receipt = {"by": "not_started", "at": now.isoformat()}
+        Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+            status=RunStatus.STOPPED,
+            stop_reason="stop",
+            stop_requested_by=str(getattr(actor, "username", actor)),
+            stop_receipt=receipt,
+            finished_at=now,
+        )
+        run.refresh_from_db()
+        _set_task_status(run.task_id, TaskStatus.BLOCKED)
+        event_append(
+            org_id=run.org_id, task_id=run.task_id, run_id=run.pk, kind="run_stopped", actor=actor,
+            payload={"status": run.status, "receipt": receipt},
+        )
+    return run
+
+
+# --- the supervisor --------------------------------------------------------
+
+
+def leases_expire(*, now=None, limit: int = 200) -> list[Run]:
+    """Settle every run whose lease lapsed; each in its own transaction.
+
+    running → interrupted; stopping → stopped, the lapse being the stop receipt.
+    Rows another supervisor is settling are skipped, never waited for.
+    """
+    now = now or timezone.now()
+    settled = []
+    candidates = list(
+        Run.objects.filter(status__in=LEASED_RUN_STATUSES, lease_expires_at__lte=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for run_id in candidates:
+        with transaction.atomic():
+            qs = Run.objects.filter(pk=run_id, status__in=LEASED_RUN_STATUSES, lease_expires_at__lte=now)
+            if connection.features.has_select_for_update_skip_locked:
+                qs = qs.select_for_update(skip_locked=True)
+            run = qs.first()
+            if run is None:
+                continue
+            lapsed_at = run.lease_expires_at.isoformat()
+            if run.status == RunStatus.RUNNING:
+                fields = dict(
+                    status=RunStatus.INTERRUPTED,
+                    error_code="lease_lapsed",
+                    error_detail=f"Worker {run.lease_owner} stopped renewing its lease; it lapsed at {lapsed_at}.",
+                    finished_at=now,
+                )
+                kind = "run_interrupted"
+            else:
+                receipt = {"by": "lease_lapse", "epoch": run.lease_epoch, "at": lapsed_at}
+                fields = dict(status=RunStatus.STOPPED, stop_receipt=receipt, finished_at=now)
+                kind = "run_stopped"
+            Run.objects.filter(pk=run.pk, status=run.status).update(**fields)
+            run.refresh_from_db()
+            _set_task_status(run.task_id, _task_status_after(run))
+            event_append(
+                org_id=run.org_id,
+                task_id=run.task_id,
+                run_id=run.pk,
+                kind=kind,
+                actor="supervisor",
+                payload={"status": run.status, "lease_owner": run.lease_owner, "lapsed_at": lapsed_at},
+            )
+            settled.append(run)
+    return settled
+
+
+def is_final(status: str) -> bool:
+    return status in FINAL_RUN_STATUSES

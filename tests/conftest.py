@@ -1,0 +1,61 @@
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import make_agent, make_member, make_org, user_token, worker_token
+
+
+def pytest_collection_modifyitems(config, items):
+    # Playwright's sync API keeps an event loop in the main thread once it has
+    # started: browser tests go last so nothing async runs after them.
+    items.sort(key=lambda item: 1 if item.get_closest_marker("browser") else 0)
+
+
+@pytest.fixture
+def org(db):
+    return make_org("acme")
+
+
+@pytest.fixture
+def other_org(db):
+    return make_org("globex")
+
+
+@pytest.fixture
+def agent(org):
+    return make_agent(org, "builder")
+
+
+@pytest.fixture
+def operator(org):
+    return make_member(org, "olive", "operator")
+
+
+@pytest.fixture
+def viewer(org):
+    return make_member(org, "victor", "viewer")
+
+
+@pytest.fixture
+def admin_user(org):
+    return make_member(org, "ada", "admin")
+
+
+def token_client(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+@pytest.fixture
+def api(operator):
+    return token_client(user_token(operator))
+
+
+@pytest.fixture
+def runner(org):
+    return token_client(worker_token(org, "w1"))
+
+
+@pytest.fixture
+def make_token_client():
+    return token_client
