@@ -1,6 +1,5 @@
 """The operator API: tasks, runs, actions, decisions, messages (API.md)."""
 
-from django.db.models import Prefetch, Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -73,7 +72,9 @@ class TaskListView(OperatorView):
         tasks, next_cursor = selectors.task_page(
             request.user, state=state, q=request.query_params.get("q", ""), cursor=cursor, limit=limit
         )
-        return Response(paginate(request, [task_data(t) for t in tasks], cursor_param="cursor", cursor_value=next_cursor))
+        return Response(
+            paginate(request, [task_data(t) for t in tasks], cursor_param="cursor", cursor_value=next_cursor)
+        )
 
     @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request):

@@ -75,7 +75,13 @@ class StepVerdict:
     parent_seq: int | None = None
 
     def as_dict(self) -> dict:
-        return {"seq": self.seq, "tool": self.tool, "verdict": self.verdict, "reason": self.reason, "detail": self.detail}
+        return {
+            "seq": self.seq,
+            "tool": self.tool,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,10 @@ def _verdict(step: StepFacts) -> StepVerdict:
     return v(DROP, "forget", f"{step.tool} was dispatched at {when} with no result; its recovery mode drops it.")
 
 
+def _planned_tool(planned) -> str:
+    return str(planned.get("tool")) if isinstance(planned, dict) else "something unreadable"
+
+
 def _contradictions(facts: RunFacts) -> list[Reason]:
     """Checkpoint-level contradictions: gaps, order, and disagreement with the plan."""
     reasons = []
@@ -162,12 +172,18 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
         reasons.append(Reason("seq_gap", f"Checkpoints skip step {first}; steps must be recorded in order.", first))
     for s in top:
         if s.seq > len(plan_steps):
-            reasons.append(Reason("step_not_in_plan", f"Step {s.seq} is beyond the plan's {len(plan_steps)} steps.", s.seq))
+            reasons.append(
+                Reason("step_not_in_plan", f"Step {s.seq} is beyond the plan's {len(plan_steps)} steps.", s.seq)
+            )
         else:
             planned = plan_steps[s.seq - 1]
             if not isinstance(planned, dict) or planned.get("tool") != s.tool:
                 reasons.append(
-                    Reason("plan_mismatch", f"Step {s.seq} ran {s.tool} but the plan says {planned.get('tool') if isinstance(planned, dict) else '?'}.", s.seq)
+                    Reason(
+                        "plan_mismatch",
+                        f"Step {s.seq} ran {s.tool} but the plan says {_planned_tool(planned)}.",
+                        s.seq,
+                    )
                 )
     completed_times = [(s.seq, s.completed_at) for s in top if s.completed_at is not None]
     for s in top:
@@ -186,7 +202,9 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
     parents = {s.seq for s in facts.steps}
     for s in facts.steps:
         if s.parent_seq is not None and s.parent_seq not in parents:
-            reasons.append(Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq))
+            reasons.append(
+                Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq)
+            )
     return reasons
 
 
@@ -236,7 +254,9 @@ def classify(facts: RunFacts) -> Diagnosis:
                 )
             )
         elif v.verdict == REUSE and v.reason == "failed":
-            reasons.append(Reason("step_failed", f"Step {v.seq} ({v.tool}) failed: {step.error or 'no detail'}.", v.seq))
+            reasons.append(
+                Reason("step_failed", f"Step {v.seq} ({v.tool}) failed: {step.error or 'no detail'}.", v.seq)
+            )
     # A nested call of unknown outcome parks its parent as well.
     for v in verdicts:
         if v.parent_seq is not None and v.verdict == UNKNOWN_OUTCOME:

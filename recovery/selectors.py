@@ -42,11 +42,7 @@ def state_filter(qs, state: str):
     if state == "running":
         return qs.filter(running)
     qs = qs.exclude(running)
-    held = (
-        Q(paused=True)
-        | Q(status="blocked")
-        | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit"))
-    )
+    held = Q(paused=True) | Q(status="blocked") | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit"))
     if state == "blocked":
         return qs.filter(held)
     qs = qs.exclude(held)
@@ -94,10 +90,16 @@ def task_detail(user, task_id: int) -> Task:
         .select_related("agent", "org", "creator")
         .prefetch_related(
             _action_prefetch(live_only=False),
-            Prefetch("messages", queryset=Message.objects.select_related("author").order_by("created_at", "id"),
-                     to_attr="message_list"),
-            Prefetch("runs", queryset=Run.objects.order_by("id").only("id", "task_id", "status", "attempt"),
-                     to_attr="run_list"),
+            Prefetch(
+                "messages",
+                queryset=Message.objects.select_related("author").order_by("created_at", "id"),
+                to_attr="message_list",
+            ),
+            Prefetch(
+                "runs",
+                queryset=Run.objects.order_by("id").only("id", "task_id", "status", "attempt"),
+                to_attr="run_list",
+            ),
         )
         .filter(pk=task_id)
         .first()
@@ -158,9 +160,9 @@ def run_facts(run: Run, steps: list[Step] | None = None) -> RunFacts:
     chain = chain_of(run)
     earlier: dict[int, int] = {}
     if len(chain) > 1:
-        for seq in Step.objects.filter(
-            run_id__in=chain[:-1], phase="dispatched", parent_seq__isnull=True
-        ).values_list("seq", flat=True):
+        for seq in Step.objects.filter(run_id__in=chain[:-1], phase="dispatched", parent_seq__isnull=True).values_list(
+            "seq", flat=True
+        ):
             earlier[seq] = earlier.get(seq, 0) + 1
     return RunFacts(
         run_id=run.pk,

@@ -53,9 +53,11 @@ def member_remove(*, org: Organization, username: str, actor="cli") -> bool:
 @transaction.atomic
 def agent_add(*, org: Organization, name: str, auto_resume: bool = True, actor="cli") -> Agent:
     agent, created = Agent.objects.get_or_create(org=org, name=name)
-    profile, _ = AgentProfile.objects.get_or_create(agent=agent, defaults={"auto_resume": auto_resume})
+    AgentProfile.objects.get_or_create(agent=agent, defaults={"auto_resume": auto_resume})
     if created:
-        event_append(org_id=org.pk, kind="agent_created", actor=actor, payload={"name": name, "auto_resume": auto_resume})
+        event_append(
+            org_id=org.pk, kind="agent_created", actor=actor, payload={"name": name, "auto_resume": auto_resume}
+        )
     return agent
 
 

@@ -214,9 +214,7 @@ class HeartbeatView(RunnerView):
 
         def handle():
             run = services.run_heartbeat(worker=request.user, run_id=run_id, epoch=data.validated_data["epoch"])
-            return Response(
-                {"lease_expires_at": iso(run.lease_expires_at), "stop_requested": run.status == "stopping"}
-            )
+            return Response({"lease_expires_at": iso(run.lease_expires_at), "stop_requested": run.status == "stopping"})
 
         return idempotent(request, handle)
 

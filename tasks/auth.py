@@ -15,9 +15,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Malformed token header.")
         key = header[1].decode(errors="replace")
-        token = (
-            ApiToken.objects.select_related("user", "worker__org").filter(digest=ApiToken.hash(key)).first()
-        )
+        token = ApiToken.objects.select_related("user", "worker__org").filter(digest=ApiToken.hash(key)).first()
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid token.")
         if token.worker_id:

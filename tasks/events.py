@@ -16,8 +16,9 @@ def actor_name(actor) -> str:
     return getattr(actor, "username", None) or str(actor)
 
 
-def event_append(*, org_id: int, kind: str, actor, task_id: int | None = None, run_id: int | None = None,
-                 payload: dict | None = None) -> Event:
+def event_append(
+    *, org_id: int, kind: str, actor, task_id: int | None = None, run_id: int | None = None, payload: dict | None = None
+) -> Event:
     """Append one event. Call it inside the transaction of the change it records."""
     return Event.objects.create(
         org_id=org_id, task_id=task_id, run_id=run_id, kind=kind, actor=actor_name(actor), payload=payload or {}

@@ -258,9 +258,7 @@ class Step(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     usage = models.PositiveIntegerField(default=0)
-    reused_from = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by"
-    )
+    reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by")
     dispatch_epoch = models.PositiveIntegerField(null=True, blank=True)
     planned_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True)

@@ -56,7 +56,7 @@ def lease_delta() -> timedelta:
 def validate_plan(plan) -> list[dict]:
     """A plan is `{"steps": [{"tool": str, "args": {...}}, ...]}`; return its steps."""
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
-        raise Invalid('`input` must be an object with a list `steps`.', field="input")
+        raise Invalid("`input` must be an object with a list `steps`.", field="input")
     steps = plan["steps"]
     if len(steps) > MAX_PLAN_STEPS:
         raise Invalid(f"A plan holds at most {MAX_PLAN_STEPS} steps.", field="input")
@@ -161,9 +161,7 @@ def task_facts(task: Task) -> TaskFacts:
         if parent["paused"]:
             paused_ancestors.append(parent["id"])
         parent_id = parent["parent_id"]
-    open_deps = tuple(
-        task.dependencies.exclude(status=TaskStatus.DONE).order_by("id").values_list("id", flat=True)
-    )
+    open_deps = tuple(task.dependencies.exclude(status=TaskStatus.DONE).order_by("id").values_list("id", flat=True))
     return TaskFacts(
         task_id=task.pk,
         status=task.status,
@@ -204,9 +202,9 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
         with transaction.atomic():
-            open_dependency = Task.dependencies.through.objects.filter(
-                from_task_id=OuterRef("task_id")
-            ).exclude(to_task__status=TaskStatus.DONE)
+            open_dependency = Task.dependencies.through.objects.filter(from_task_id=OuterRef("task_id")).exclude(
+                to_task__status=TaskStatus.DONE
+            )
             qs = (
                 Run.objects.filter(org_id=worker.org_id, status=RunStatus.QUEUED)
                 .filter(task__paused=False)
@@ -286,9 +284,7 @@ def run_heartbeat(*, worker: Worker, run_id: int, epoch: int) -> Run:
 
 
 @transaction.atomic
-def step_plan(
-    *, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None
-) -> Step:
+def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     """Record that the run intends to call `tool` as step `seq`; resolves its recovery mode.
 
     Repeating the same plan returns the saved step; a different plan for a taken
@@ -352,9 +348,7 @@ def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     if step.phase != StepPhase.PLANNED:
         raise NotEligible(f"Step {seq} is {step.phase}; only a planned step can be dispatched.")
     if run.status == RunStatus.STOPPING:
-        raise NotEligible(
-            f"Run #{run.pk} was asked to stop; step {seq} was not dispatched.", reason="stop_requested"
-        )
+        raise NotEligible(f"Run #{run.pk} was asked to stop; step {seq} was not dispatched.", reason="stop_requested")
     now = timezone.now()
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.PLANNED).update(
         phase=StepPhase.DISPATCHED, dispatched_at=now, dispatch_epoch=epoch
@@ -411,7 +405,10 @@ def step_complete(
     _check_payload(result, "step result")
     error = "" if error is None else str(error)[:10_000]
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
-        phase=phase, result=None if result_too_large else result, error=error, usage=usage,
+        phase=phase,
+        result=None if result_too_large else result,
+        error=error,
+        usage=usage,
         completed_at=timezone.now(),
     )
     if updated != 1:
@@ -421,7 +418,11 @@ def step_complete(
         run.recovery_disabled = f"The result of step {seq} exceeded 8 MiB and could not be checkpointed."
         Run.objects.filter(pk=run.pk).update(recovery_disabled=run.recovery_disabled)
         event_append(
-            org_id=run.org_id, task_id=run.task_id, run_id=run.pk, kind="run_recovery_disabled", actor=worker,
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="run_recovery_disabled",
+            actor=worker,
             payload={"seq": seq, "reason": run.recovery_disabled},
         )
     if usage:
@@ -459,15 +460,14 @@ def _request_stop(run: Run, *, actor, reason: str) -> None:
 
 
 @transaction.atomic
-def run_finish(
-    *, worker: Worker, run_id: int, epoch: int, status: str, error_code: str = "", detail: str = ""
-) -> Run:
+def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_code: str = "", detail: str = "") -> Run:
     """End the worker's execution of a run.
 
-    running → succeeded (only when every step of the plan completed) | failed; stopping → stopped with a stop receipt (or
-    succeeded, when the worker reports that every step completed before it saw
-    the stop: the evidence says the work is done). `succeeded` is refused while
-    a step is still planned or dispatched.
+    running → succeeded (only when every step of the plan completed) | failed;
+    stopping → stopped with a stop receipt (or succeeded, when the worker
+    reports that every step completed before it saw the stop: the evidence says
+    the work is done). `succeeded` is refused while a step is still planned or
+    dispatched.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
@@ -535,7 +535,11 @@ def run_request_stop(*, actor, run: Run) -> Run:
         run.refresh_from_db()
         _set_task_status(run.task_id, TaskStatus.BLOCKED)
         event_append(
-            org_id=run.org_id, task_id=run.task_id, run_id=run.pk, kind="run_stopped", actor=actor,
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="run_stopped",
+            actor=actor,
             payload={"status": run.status, "receipt": receipt},
         )
     return run

@@ -59,3 +59,17 @@ def runner(org):
 @pytest.fixture
 def make_token_client():
     return token_client
+
+
+@pytest.fixture(scope="session")
+def daphne_server(django_db_setup, django_db_blocker):
+    """One live daphne for the session, on the test database, with a short lease.
+
+    Tests using it must be `@pytest.mark.django_db(transaction=True)` so what
+    they write is committed and visible to the server process.
+    """
+    from tests.live import Server
+
+    server = Server(CONSOLE_LEASE_SECONDS=3, CONSOLE_HEARTBEAT_SECONDS=1).start()
+    yield server
+    server.stop()

@@ -1,13 +1,10 @@
 """The runner API: claims, fenced writes, step phases, finish."""
 
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
-from tasks.models import Run, Step
-from tests.factories import make_agent, worker_token
-from tests.helpers import claim, create_task, plan, snapshot
+from tasks.models import Run
+from tests.helpers import claim, create_task, plan
 
 
 @pytest.fixture
@@ -29,11 +26,19 @@ def test_claim_leases_the_queued_run_and_returns_its_plan(runner, task):
 def test_a_step_goes_planned_dispatched_completed_and_the_run_finishes(runner, task, api):
     c = claim(runner)
     rid, epoch = c["run"], c["lease_epoch"]
-    r = runner.post(f"/api/runner/runs/{rid}/steps/", {"epoch": epoch, "seq": 1, "tool": "file_read", "args": {"path": "a"}}, format="json")
+    r = runner.post(
+        f"/api/runner/runs/{rid}/steps/",
+        {"epoch": epoch, "seq": 1, "tool": "file_read", "args": {"path": "a"}},
+        format="json",
+    )
     assert r.status_code == 201 and r.json() == {"seq": 1, "phase": "planned", "recovery_mode": "replay"}
     r = runner.post(f"/api/runner/runs/{rid}/steps/1/dispatch/", {"epoch": epoch}, format="json")
     assert r.json()["phase"] == "dispatched"
-    r = runner.post(f"/api/runner/runs/{rid}/steps/1/complete/", {"epoch": epoch, "ok": True, "result": {"content": "x"}}, format="json")
+    r = runner.post(
+        f"/api/runner/runs/{rid}/steps/1/complete/",
+        {"epoch": epoch, "ok": True, "result": {"content": "x"}},
+        format="json",
+    )
     assert r.json() == {"seq": 1, "phase": "completed", "stop_requested": False}
     r = runner.post(f"/api/runner/runs/{rid}/finish/", {"epoch": epoch, "status": "succeeded"}, format="json")
     # Step 2 of the plan never ran: the run cannot claim success.

@@ -1,0 +1,45 @@
+# The two commands of the README: `make run` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+
+# Django 6 needs Python >= 3.12; the machine's default python3 may be older
+# and pyenv shims may exist without a selected version, so try each for real.
+PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions/3.13*/bin/python3 $$HOME/.pyenv/versions/3.12*/bin/python3 /usr/bin/python3.13 /usr/bin/python3.12 2>/dev/null); do \
+	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
+
+.PHONY: run test test-fast lint bench venv browser clean
+
+$(VENV)/.installed: pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (tried python3.13, python3.12, pyenv versions)." >&2; exit 1; fi
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check ".[test]"
+	@touch $@
+
+venv: $(VENV)/.installed
+
+# Debian's Chromium drives the browser tests (never `playwright install`).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
+		else echo "error: /usr/bin/chromium is missing: sudo apt-get install -y chromium" >&2; exit 1; fi; fi
+
+run: venv
+	@bin/run
+
+test: venv browser
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m "not browser and not slow" $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+bench: venv
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf var/workspaces var/test-workspaces var/*.sqlite3*

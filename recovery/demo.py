@@ -1,0 +1,228 @@
+"""Seed the demo organization through the real engine.
+
+Every state is reached the way production reaches it: tasks are created by the
+service, a real worker process claims them over HTTP from a real daphne server
+and executes real tools, a fault-injected worker really exits mid-step, and the
+supervisor settles the lapsed lease. Nothing is faked with hand-written rows.
+"""
+
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.db import connection
+
+from recovery.supervisor import supervise_once
+from tasks.accounts import agent_add, member_add, org_create, token_issue
+from tasks.models import Organization, Run, Task
+from tasks.services import run_request_stop, task_create
+
+log = logging.getLogger("recovery.demo")
+ROOT = Path(settings.BASE_DIR)
+DEMO_LEASE_SECONDS = 3
+
+
+@dataclass
+class Scenario:
+    title: str
+    agent: str
+    steps: list
+    fault: str = ""
+    then: Callable | None = None  # called with the run after its worker exited
+
+
+def _plan(*steps) -> dict:
+    return {"steps": [{"tool": t, "args": a} for t, a in steps]}
+
+
+def _database_url() -> str:
+    sd = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{sd['NAME']}"
+    auth = sd.get("USER") or ""
+    if sd.get("PASSWORD"):
+        auth += f":{sd['PASSWORD']}"
+    return (
+        f"postgres://{auth + '@' if auth else ''}{sd.get('HOST') or '127.0.0.1'}:{sd.get('PORT') or 5432}/{sd['NAME']}"
+    )
+
+
+class EmbeddedServer:
+    """A short-lease daphne of our own, so a crashed demo worker's lease lapses in seconds."""
+
+    def __init__(self):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "CONSOLE_LEASE_SECONDS": str(DEMO_LEASE_SECONDS),
+            "CONSOLE_HEARTBEAT_SECONDS": "1",
+            "CONSOLE_URL": self.url,
+            "CONSOLE_WORKSPACES": str(settings.CONSOLE_WORKSPACES),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "CONSOLE_HTTPS": "0",  # a private server on the loopback
+        }
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(150):
+            try:
+                httpx.get(self.url + "/accounts/login/", timeout=1)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.proc.kill()
+        raise RuntimeError("the demo's embedded server did not start")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def worker(self, token: str, fault: str = "", background: bool = False):
+        env = {**self.env, "CONSOLE_WORKER_TOKEN": token}
+        if fault:
+            env["WORKER_FAULT"] = fault
+        cmd = [sys.executable, "manage.py", "worker", "--once", "--label", "demo"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not background:
+            self.check(proc, crash_expected=bool(fault))
+        return proc
+
+    @staticmethod
+    def check(proc, *, crash_expected: bool = False) -> None:
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0 and not crash_expected:
+            raise RuntimeError(f"a demo worker failed ({proc.returncode}):\n{out}")
+
+
+def _settle(run: Run, timeout: float = 30) -> Run:
+    """Let a lapsed lease lapse, and run supervisor passes until the run is final."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        supervise_once()
+        run.refresh_from_db()
+        if run.status not in ("queued", "running", "stopping"):
+            return run
+        time.sleep(0.5)
+    return run
+
+
+def scenarios() -> list[Scenario]:
+    return [
+        Scenario(
+            "Write the release notes",
+            "builder",
+            [
+                ("file_write", {"path": "notes.md", "content": "# Release 1.4\n"}),
+                ("bash", {"command": "echo '- faster sync' >> notes.md"}),
+                ("file_read", {"path": "notes.md"}),
+            ],
+        ),
+        Scenario(
+            "Summarise the incident log",
+            "scout",
+            [
+                ("file_write", {"path": "log.txt", "content": "12:00 sync stalled\n"}),
+                ("file_read", {"path": "log.txt"}),
+                ("sleep", {"seconds": 1}),
+                ("file_read", {"path": "log.txt"}),
+            ],
+            fault="crash_after_dispatch:3",
+        ),
+        Scenario(
+            "Publish the pricing page",
+            "builder",
+            [
+                ("list_files", {}),
+                ("file_write", {"path": "pricing.html", "content": "<h1>Pricing</h1>\n"}),
+                ("bash", {"command": "wc -c pricing.html"}),
+            ],
+            fault="crash_after_dispatch:2",
+        ),
+        Scenario(
+            "Refactor the importer",
+            "builder",
+            [("sleep", {"seconds": 1}), ("sleep", {"seconds": 30}), ("file_write", {"path": "x", "content": "x"})],
+            then="stop",
+        ),
+    ]
+
+
+def seed(*, stdout=None, credentials: Path | None = None) -> dict:
+    """Create the demo organization, people and agents; run the scenarios if it has no tasks yet."""
+    org, _ = org_create(slug="demo", name="Demo Org")
+    passwords = {}
+    for username, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer")):
+        password = secrets.token_urlsafe(9)
+        member_add(org=org, username=username, role=role, password=password)
+        passwords[username] = (role, password)
+    agent_add(org=org, name="builder", auto_resume=True)
+    agent_add(org=org, name="scout", auto_resume=True)
+    lines = [f"{name:9} {password}   ({role})" for name, (role, password) in passwords.items()]
+    if credentials:
+        credentials.parent.mkdir(parents=True, exist_ok=True)
+        credentials.write_text("sign in as:\n" + "\n".join(lines) + "\n")
+    if Task.objects.filter(org=org).exists():
+        if stdout:
+            stdout.write("demo tasks already exist; passwords were reset")
+        return passwords
+    run_scenarios(org, stdout=stdout)
+    return passwords
+
+
+def run_scenarios(org: Organization, *, stdout=None) -> None:
+    token = token_issue(worker="demo-worker", org=org)
+    with EmbeddedServer() as server:
+        for sc in scenarios():
+            task = task_create(org=org, actor="demo", title=sc.title, agent=sc.agent, input=_plan(*sc.steps))
+            run = task.runs.get()
+            if sc.then == "stop":
+                proc = server.worker(token, background=True)
+                for _ in range(100):
+                    run.refresh_from_db()
+                    if run.steps.filter(seq=2, phase="dispatched").exists():
+                        break
+                    time.sleep(0.2)
+                run_request_stop(actor="operator", run=run)
+                server.check(proc)
+            else:
+                server.worker(token, fault=sc.fault)
+            run = _settle(run, timeout=DEMO_LEASE_SECONDS * 10)
+            if stdout:
+                stdout.write(f"  task #{task.pk} {sc.title!r}: run #{run.pk} {run.status}")
+        # A last pass lets the supervisor act on everything the scenarios left.
+        supervise_once()
+    task_create(
+        org=org,
+        actor="demo",
+        title="Nightly dependency audit",
+        agent="builder",
+        input=_plan(
+            ("bash", {"command": "echo audit > audit.txt"}),
+            ("sleep", {"seconds": 20}),
+            ("file_read", {"path": "audit.txt"}),
+        ),
+    )

@@ -1,0 +1,122 @@
+"""Real processes for tests: a daphne server on the test database, workers, supervisors."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def database_url() -> str:
+    """The URL of the test database this pytest process uses, for child processes."""
+    sd = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{sd['NAME']}"
+    user = sd.get("USER") or ""
+    password = f":{sd['PASSWORD']}" if sd.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{sd.get('HOST') or '127.0.0.1'}:{sd.get('PORT') or 5432}/{sd['NAME']}"
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DATABASE_URL": database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "DEBUG": "0",
+            "CONSOLE_HTTPS": "0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "CONSOLE_WORKSPACES": str(settings.CONSOLE_WORKSPACES),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Server:
+    """`daphne console.asgi:application` as a subprocess, polled until it answers."""
+
+    def __init__(self, *, port: int | None = None, log: Path | None = None, **env):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = env
+        self.log = log or (ROOT / "var" / f"daphne-{self.port}.log")
+        self.proc = None
+
+    def start(self, timeout: float = 30) -> "Server":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            cwd=ROOT,
+            env=child_env(**self.env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited with {self.proc.returncode}; see {self.log}")
+            try:
+                httpx.get(self.url + "/accounts/login/", timeout=1)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"daphne did not answer within {timeout}s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+def manage(*args, env: dict | None = None, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `manage.py <args>` as a real process against the test database."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=child_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"manage.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,128 @@
+"""Real worker processes against a real daphne server: success, Stop, and a SIGKILL mid-step."""
+
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from tasks.models import Event, Run, Step
+from tasks.services import leases_expire, run_request_stop, task_create
+from tests.factories import worker_token
+from tests.helpers import plan
+from tests.live import ROOT, child_env, manage, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def start_worker(server, token, fault: str = "") -> subprocess.Popen:
+    env = child_env(
+        CONSOLE_URL=server.url,
+        CONSOLE_WORKER_TOKEN=token,
+        CONSOLE_HEARTBEAT_SECONDS=1,
+        CONSOLE_LEASE_SECONDS=3,
+        WORKER_FAULT=fault,
+    )
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--once", "--label", "test"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_a_worker_runs_real_tools_in_the_workspace_and_succeeds(daphne_server, org, agent):
+    token = worker_token(org)
+    task = task_create(
+        org=org,
+        actor="t",
+        title="notes",
+        agent="builder",
+        input=plan(
+            ("file_write", {"path": "notes.md", "content": "one\n"}),
+            ("bash", {"command": "echo two >> notes.md"}),
+            ("file_read", {"path": "notes.md"}),
+        ),
+    )
+    proc = start_worker(daphne_server, token)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    run = Run.objects.get(task=task)
+    assert run.status == "succeeded"
+    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    assert [s.phase for s in steps] == ["completed"] * 3
+    assert steps[2].result["content"] == "one\ntwo\n"
+    assert (Path(task.workspace) / "notes.md").read_text() == "one\ntwo\n"
+    task.refresh_from_db()
+    assert task.status == "done" and task.budget_used == 3
+
+
+def test_stop_reaches_the_worker_at_the_next_boundary(daphne_server, org, agent):
+    token = worker_token(org)
+    task = task_create(
+        org=org,
+        actor="t",
+        title="long",
+        agent="builder",
+        input=plan(
+            ("sleep", {"seconds": 30}),
+            ("file_write", {"path": "never.txt", "content": "x"}),
+        ),
+    )
+    proc = start_worker(daphne_server, token)
+    run = Run.objects.get(task=task)
+    wait_for(lambda: Step.objects.filter(run=run, seq=1, phase="dispatched").exists(), what="step 1 dispatched")
+    run_request_stop(actor="olive", run=run)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    run.refresh_from_db()
+    assert run.status == "stopped"
+    assert run.stop_receipt["by"] == "worker" and run.stop_receipt["epoch"] == run.lease_epoch
+    assert not Step.objects.filter(run=run, seq=2).exists()
+    assert not (Path(task.workspace) / "never.txt").exists()
+
+
+def test_a_worker_killed_after_dispatch_leaves_the_step_dispatched_and_the_supervisor_interrupts_the_run(
+    daphne_server, org, agent
+):
+    token = worker_token(org)
+    task = task_create(
+        org=org,
+        actor="t",
+        title="crash",
+        agent="builder",
+        input=plan(
+            ("file_write", {"path": "a.txt", "content": "a"}),
+            ("file_write", {"path": "b.txt", "content": "b"}),
+            ("file_read", {"path": "a.txt"}),
+        ),
+    )
+    proc = start_worker(daphne_server, token, fault="crash_after_dispatch:2")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, out
+
+    run = Run.objects.get(task=task)
+    steps = {s.seq: s for s in Step.objects.filter(run=run)}
+    assert steps[1].phase == "completed"
+    assert steps[2].phase == "dispatched" and steps[2].result is None and steps[2].dispatched_at
+    assert 3 not in steps
+    # Step 2's tool never ran: the dispatch was recorded, then the process died.
+    assert not (Path(task.workspace) / "b.txt").exists()
+    assert run.status == "running"  # its lease has not lapsed yet
+
+    # The supervisor leaves a live lease alone, then settles it once it lapsed.
+    assert leases_expire(now=run.lease_expires_at - timedelta(milliseconds=1)) == []
+    run.refresh_from_db()
+    assert run.status == "running"
+    time.sleep(max(0.0, (run.lease_expires_at - timezone.now()).total_seconds()) + 0.2)
+    manage("supervise", "--once")
+    run.refresh_from_db()
+    assert run.status == "interrupted" and run.error_code == "lease_lapsed"
+    assert Event.objects.filter(run=run, kind="run_interrupted").count() == 1
+    assert set(Step.objects.filter(run=run).values_list("seq", "phase")) == {(1, "completed"), (2, "dispatched")}
