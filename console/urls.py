@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularJSONAPIView
 
 from console import views
 from recovery import api as recovery_api
@@ -26,7 +26,7 @@ api = [
         name="runner-step-complete",
     ),
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
 
 urlpatterns = [

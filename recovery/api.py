@@ -78,17 +78,18 @@ class TaskListView(OperatorView):
 
     @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = data.validated_data
         ms = memberships_of(request.user)
-        if v.get("org"):
-            ms = [m for m in ms if m.org.slug == v["org"]]
+        org_slug = request.data.get("org") if isinstance(request.data, dict) else None
+        if org_slug:
+            ms = [m for m in ms if m.org.slug == org_slug]
         if not ms:
             raise Forbidden("You are not a member of an organization.")
         membership = ms[0]
         if not membership.allows(Role.OPERATOR):
             raise Forbidden("Creating a task needs the operator role.", required_role=Role.OPERATOR)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
 
         def handle():
             task = services.task_create(

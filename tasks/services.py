@@ -262,7 +262,7 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
 
 def _held_run(*, worker: Worker, run_id: int, epoch) -> Run:
     """Lock and return the run if `worker` holds its lease at `epoch`, else StaleLease."""
-    run = Run.objects.select_for_update().filter(pk=run_id).select_related("agent__profile").first()
+    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).select_related("agent__profile").first()
     if run is None or run.org_id != worker.org_id or run.lease_worker_id != worker.pk:
         raise StaleLease(f"This worker does not hold run #{run_id}.")
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch != run.lease_epoch:

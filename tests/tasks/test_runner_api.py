@@ -1,6 +1,5 @@
 """The runner API: claims, fenced writes, step phases, finish."""
 
-
 import pytest
 
 from tasks.models import Run
