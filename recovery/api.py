@@ -5,8 +5,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import selectors
-from recovery.presenters import run_data, task_data
+from recovery import actions, selectors
+from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
 from tasks.api import BaseAPIView, idempotent, int_param, page_limit, paginate
 from tasks.auth import IsPerson
@@ -44,7 +44,7 @@ def get_run(user, run_id: int):
 
 
 class TaskListView(OperatorView):
-    class InputSerializer(serializers.Serializer):
+    class TaskListInputSerializer(serializers.Serializer):
         title = serializers.CharField(max_length=300)
         agent = serializers.CharField(max_length=100)
         input = serializers.JSONField()
@@ -62,6 +62,7 @@ class TaskListView(OperatorView):
             OpenApiParameter("limit", int),
         ],
         responses=OpenApiTypes.OBJECT,
+        operation_id="tasks_list",
     )
     def get(self, request):
         state = request.query_params.get("state") or "all"
@@ -76,7 +77,7 @@ class TaskListView(OperatorView):
             paginate(request, [task_data(t) for t in tasks], cursor_param="cursor", cursor_value=next_cursor)
         )
 
-    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=TaskListInputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request):
         ms = memberships_of(request.user)
         org_slug = request.data.get("org") if isinstance(request.data, dict) else None
@@ -87,7 +88,7 @@ class TaskListView(OperatorView):
         membership = ms[0]
         if not membership.allows(Role.OPERATOR):
             raise Forbidden("Creating a task needs the operator role.", required_role=Role.OPERATOR)
-        data = self.InputSerializer(data=request.data)
+        data = self.TaskListInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
 
@@ -112,6 +113,8 @@ class TaskListView(OperatorView):
 class TaskDetailView(OperatorView):
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request, task_id: int):
+        get_task(request.user, task_id)
+        actions.actions_retire_stale(task_id=task_id)
         return Response(task_data(selectors.task_detail(request.user, task_id), detail=True))
 
 
@@ -132,3 +135,111 @@ class RunStopView(OperatorView):
             return Response(run_data(selectors.run_detail(request.user, run_id)))
 
         return idempotent(request, handle)
+
+
+def get_action(user, action_id: int):
+    action = selectors.action_detail(user, action_id)
+    if action is None:
+        raise NotFound(f"No recovery action #{action_id}.")
+    return action
+
+
+class ActionDetailView(OperatorView):
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request, action_id: int):
+        action = get_action(request.user, action_id)
+        actions.actions_retire_stale(task_id=action.task_id)
+        return Response(action_data(get_action(request.user, action_id), with_gate=True))
+
+
+class VersionIn(serializers.Serializer):
+    version = serializers.IntegerField()
+
+
+class ActionRetryView(OperatorView):
+    class ActionRetryInputSerializer(VersionIn):
+        accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
+        reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+    @extend_schema(request=ActionRetryInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request, action_id: int):
+        get_action(request.user, action_id)
+        data = self.ActionRetryInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            attempt = actions.action_retry(
+                action_id=action_id,
+                user=request.user,
+                version=v["version"],
+                accept_duplicate_risk=v["accept_duplicate_risk"],
+                reason=v["reason"],
+            )
+            action = get_action(request.user, action_id)
+            return Response({**attempt_data(attempt), "action": action_data(action)}, status=status.HTTP_202_ACCEPTED)
+
+        return idempotent(request, handle)
+
+
+class ActionDecisionView(OperatorView):
+    class ActionDecisionInputSerializer(VersionIn):
+        outcome = serializers.ChoiceField(choices=actions.DECISIONS)
+        note = serializers.CharField(required=False, allow_blank=True, default="")
+        accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(request=ActionDecisionInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, action_id: int):
+        get_action(request.user, action_id)
+        data = self.ActionDecisionInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            actions.action_decide(
+                action_id=action_id,
+                user=request.user,
+                version=v["version"],
+                outcome=v["outcome"],
+                note=v["note"],
+                accept_duplicate_risk=v["accept_duplicate_risk"],
+            )
+            return Response(action_data(get_action(request.user, action_id), with_gate=True))
+
+        return idempotent(request, handle)
+
+
+class ActionCancelView(OperatorView):
+    @extend_schema(request=VersionIn, responses=OpenApiTypes.OBJECT)
+    def post(self, request, action_id: int):
+        get_action(request.user, action_id)
+        data = VersionIn(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            actions.action_cancel(action_id=action_id, user=request.user, version=data.validated_data["version"])
+            return Response(action_data(get_action(request.user, action_id), with_gate=True))
+
+        return idempotent(request, handle)
+
+
+class TaskPauseView(OperatorView):
+    pause = True
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        task = get_task(request.user, task_id)
+        require_role(request.user, task.org_id, Role.OPERATOR)
+
+        def handle():
+            if self.pause:
+                services.task_pause(actor=request.user, task=task)
+            else:
+                services.task_resume(actor=request.user, task=task)
+            return Response(task_data(selectors.task_detail(request.user, task_id), detail=True))
+
+        return idempotent(request, handle)
+
+
+class TaskResumeView(TaskPauseView):
+    pause = False

@@ -46,7 +46,14 @@ def attempt_data(attempt) -> dict:
     }
 
 
-def action_data(action) -> dict:
+def action_data(action, *, with_gate: bool = False) -> dict:
+    """`gate` is the gate that would refuse an admission now (live), else the last refusal saved."""
+    gate = {"gate": action.gate, "detail": action.gate_detail} if action.gate else None
+    if with_gate and action.status in ("open", "exhausted"):
+        from recovery.actions import current_gate
+
+        hold = current_gate(action)
+        gate = {"gate": hold.gate, "detail": hold.detail, "lifted_by": hold.lifted_by} if hold else None
     return {
         "id": action.pk,
         "task": action.task_id,
@@ -64,7 +71,7 @@ def action_data(action) -> dict:
         "max_attempts": action.max_attempts,
         "due_at": iso(action.due_at),
         "next_action": action.next_action,
-        "gate": ({"gate": action.gate, "detail": action.gate_detail} if action.gate else None),
+        "gate": gate,
         "version": action.version,
         "resolution": action.resolution or None,
         "resolution_note": action.resolution_note or None,

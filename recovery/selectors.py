@@ -177,3 +177,15 @@ def run_facts(run: Run, steps: list[Step] | None = None) -> RunFacts:
 
 def diagnose(run: Run, steps: list[Step] | None = None) -> Diagnosis:
     return classify(run_facts(run, steps))
+
+
+def action_detail(user, action_id: int) -> RecoveryAction | None:
+    return (
+        RecoveryAction.objects.filter(pk=action_id, task__in=visible_tasks(user))
+        .select_related("original_owner", "run", "task__agent")
+        .prefetch_related(
+            Prefetch("attempt_history", queryset=RecoveryAttempt.objects.order_by("number")),
+            "repairs__requested_by",
+        )
+        .first()
+    )

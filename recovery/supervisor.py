@@ -1,8 +1,24 @@
-"""One supervisor pass. `manage.py supervise` loops it; any number may run at once."""
+"""One supervisor pass. `manage.py supervise` loops it; any number may run at once.
+
+Each duty is idempotent and settled by the database (row locks, compare-and-set
+updates, partial unique indexes), so two supervisors, or one run twice, change
+nothing more than one pass would.
+"""
 
 import logging
 from dataclasses import dataclass, field
 
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from recovery import classify as c
+from recovery.actions import action_open, actions_settle, admission_facts
+from recovery.continuations import continuation_create
+from recovery.gates import first_closed_gate
+from recovery.models import ActionKind, ActionStatus, RecoveryAction
+from recovery.selectors import diagnose
+from tasks.errors import NotEligible
+from tasks.models import Run, RunStatus
 from tasks.services import leases_expire
 
 log = logging.getLogger("recovery.supervisor")
@@ -12,16 +28,119 @@ log = logging.getLogger("recovery.supervisor")
 class PassReport:
     interrupted: list[int] = field(default_factory=list)
     stopped: list[int] = field(default_factory=list)
+    continued: list[int] = field(default_factory=list)
+    opened: list[int] = field(default_factory=list)
+    settled: dict = field(default_factory=dict)
 
     def __bool__(self):
-        return any(vars(self).values())
+        return bool(self.interrupted or self.stopped or self.continued or self.opened or any(self.settled.values()))
+
+
+def runs_awaiting_recovery():
+    """Interrupted runs, and runs stopped by a pause or the budget, that nothing has handled yet."""
+    return (
+        Run.objects.filter(
+            Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
+        )
+        .filter(continued_by__isnull=True, actions__isnull=True)
+        .exclude(task__status__in=("done", "cancelled"))
+        .select_related("task__agent__profile", "agent")
+        .order_by("id")
+    )
+
+
+def _blocking_reason(diagnosis) -> tuple[str, str]:
+    codes = [r.code for r in diagnosis.reasons]
+    if diagnosis.disposition == c.CORRUPT:
+        return "corrupt_checkpoint", "Nothing is replayed. Cancel this action and start a fresh task."
+    if "checkpoint_too_large" in codes:
+        return "checkpoint_too_large", "Recovery is off for this run. Cancel this action and start a fresh task."
+    if diagnosis.disposition == c.EXHAUSTED:
+        return codes[0], "An admin may grant one more attempt, or an operator cancels."
+    if "unknown_outcome" in codes:
+        return "unknown_outcome", "Check whether the operation happened, then record what you found."
+    if "step_failed" in codes:
+        return "step_failed", "Retry the failed step, or cancel."
+    return diagnosis.reasons[0].code if diagnosis.reasons else "needs_decision", "Decide how to continue."
+
+
+def recover_run(run: Run) -> tuple[str, int] | None:
+    """Continue `run` automatically when its evidence proves that safe; otherwise open an action.
+
+    Returns ("continued", run id), ("opened", action id), or None when a gate
+    holds it for now (it is looked at again on the next pass).
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update(of=("self",)).select_related("task__agent__profile", "agent").get(pk=run.pk)
+        if Run.objects.filter(continues=run).exists() or RecoveryAction.objects.filter(run=run).exists():
+            return None
+        diagnosis = diagnose(run)
+        profile = getattr(run.task.agent, "profile", None)
+        auto = profile.auto_resume if profile else True
+        if diagnosis.disposition == c.AUTO_RESUMABLE and (auto or run.status == RunStatus.STOPPED):
+            if first_closed_gate(admission_facts(task=run.task, source=run)) is not None:
+                return None
+            try:
+                with transaction.atomic():
+                    cont = continuation_create(source=run, actor="supervisor", reason="automatic resume")
+            except (NotEligible, IntegrityError):
+                return None
+            return "continued", cont.pk
+        evidence = {
+            "disposition": diagnosis.disposition,
+            "reasons": [r.as_dict() for r in diagnosis.reasons],
+            "run_status": run.status,
+            "error_code": run.error_code,
+            "error_detail": run.error_detail,
+        }
+        if diagnosis.disposition == c.AUTO_RESUMABLE:
+            cause, next_action = "auto_resume_off", "Resume the run: every unfinished step is safe to run again."
+            kind, seq, owner, status = ActionKind.CONTINUATION, None, "role:operator", ActionStatus.OPEN
+        else:
+            cause, next_action = _blocking_reason(diagnosis)
+            unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
+            if diagnosis.disposition == c.NEEDS_DECISION and cause == "unknown_outcome" and unknown:
+                seq = unknown[0].seq
+                step = run.steps.get(seq=seq)
+                evidence.update(
+                    {
+                        "seq": seq,
+                        "tool": step.tool,
+                        "args": step.args,
+                        "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
+                        "recovery_mode": step.recovery_mode,
+                    }
+                )
+                kind = ActionKind.UNKNOWN_OUTCOME
+            else:
+                seq = next((r.seq for r in diagnosis.reasons if r.seq is not None), None)
+                kind = ActionKind.CONTINUATION
+            exhausted = diagnosis.disposition == c.EXHAUSTED
+            owner = "role:admin" if exhausted else "role:operator"
+            status = ActionStatus.EXHAUSTED if exhausted else ActionStatus.OPEN
+        action = action_open(
+            run=run,
+            kind=kind,
+            cause=cause,
+            evidence=evidence,
+            seq=seq,
+            next_action=next_action,
+            recovery_owner=owner,
+            status=status,
+        )
+        return "opened", action.pk
 
 
 def supervise_once() -> PassReport:
-    """Expire lapsed leases; then (next issue) classify, continue or open actions."""
+    """Expire lapsed leases, recover what they left, settle actions."""
     report = PassReport()
     for run in leases_expire():
-        (report.interrupted if run.status == "interrupted" else report.stopped).append(run.pk)
+        (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
+    for run in runs_awaiting_recovery()[:200]:
+        outcome = recover_run(run)
+        if outcome is not None:
+            (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
+    report.settled = actions_settle()
     if report:
         log.info("supervisor pass: %s", report)
     return report

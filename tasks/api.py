@@ -173,6 +173,7 @@ def claim_data(run: Run) -> dict:
         "input": run.input,
         "reused": reused,
         "messages": messages,
+        "dropped": list((run.carry or {}).get("dropped", [])),
         "workspace": run.task.workspace,
     }
 
@@ -189,12 +190,12 @@ class RunnerView(BaseAPIView):
 
 
 class ClaimView(RunnerView):
-    class InputSerializer(serializers.Serializer):
+    class ClaimInputSerializer(serializers.Serializer):
         worker = serializers.CharField(max_length=100, required=False, allow_blank=True)
 
-    @extend_schema(request=InputSerializer, responses={200: OpenApiTypes.OBJECT, 204: None})
+    @extend_schema(request=ClaimInputSerializer, responses={200: OpenApiTypes.OBJECT, 204: None})
     def post(self, request):
-        data = self.InputSerializer(data=request.data)
+        data = self.ClaimInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
 
         def handle():
@@ -220,16 +221,16 @@ class HeartbeatView(RunnerView):
 
 
 class StepPlanView(RunnerView):
-    class InputSerializer(serializers.Serializer):
+    class StepPlanInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
         seq = serializers.IntegerField(min_value=1)
         tool = serializers.CharField(max_length=100)
         args = serializers.JSONField(required=False, default=dict)
         parent_seq = serializers.IntegerField(min_value=1, required=False, allow_null=True)
 
-    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=StepPlanInputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request, run_id: int):
-        data = self.InputSerializer(data=request.data)
+        data = self.StepPlanInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
 
@@ -267,7 +268,7 @@ class StepDispatchView(RunnerView):
 
 
 class StepCompleteView(RunnerView):
-    class InputSerializer(serializers.Serializer):
+    class StepCompleteInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
         ok = serializers.BooleanField()
         result = serializers.JSONField(required=False, allow_null=True, default=None)
@@ -275,9 +276,9 @@ class StepCompleteView(RunnerView):
         usage = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
         result_too_large = serializers.BooleanField(required=False, default=False)
 
-    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=StepCompleteInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, run_id: int, seq: int):
-        data = self.InputSerializer(data=request.data)
+        data = self.StepCompleteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
 
@@ -299,15 +300,15 @@ class StepCompleteView(RunnerView):
 
 
 class FinishView(RunnerView):
-    class InputSerializer(serializers.Serializer):
+    class FinishInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
         status = serializers.CharField()
         error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
         detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
 
-    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=FinishInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, run_id: int):
-        data = self.InputSerializer(data=request.data)
+        data = self.FinishInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
 

@@ -41,3 +41,21 @@ class IsPerson(permissions.BasePermission):
     def has_permission(self, request, view):
         user = request.user
         return bool(user and user.is_authenticated and not isinstance(user, Worker))
+
+
+try:
+    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+    class TokenScheme(OpenApiAuthenticationExtension):
+        target_class = "tasks.auth.TokenAuthentication"
+        name = "tokenAuth"
+
+        def get_security_definition(self, auto_schema):
+            return {
+                "type": "apiKey",
+                "in": "header",
+                "name": "Authorization",
+                "description": "`Token <key>` from `manage.py issue_token`.",
+            }
+except ImportError:  # pragma: no cover - the schema is optional at run time
+    pass

@@ -194,6 +194,8 @@ class Run(models.Model):
     stop_requested_by = models.CharField(max_length=150, blank=True)
     # How the stop was verified: {"by": "worker"|"lease_lapse"|"not_started", "epoch", "at"}.
     stop_receipt = models.JSONField(null=True, blank=True)
+    # What a continuation carries besides reused steps: {"dropped": [{"seq", "reason"}], ...}.
+    carry = models.JSONField(default=dict, blank=True)
     # Set when a checkpoint could not be saved whole: recovery is off for this run.
     recovery_disabled = models.CharField(max_length=200, blank=True)
     # The worker identity whose token holds the lease, and its instance label.

@@ -121,7 +121,9 @@ def task_create(
     return task
 
 
-def run_enqueue(*, task: Task, actor, input: dict, continues: Run | None = None, payload: dict | None = None) -> Run:
+def run_enqueue(
+    *, task: Task, actor, input: dict, continues: Run | None = None, payload: dict | None = None, carry=None
+) -> Run:
     """Queue a run of `task`. Refused (`NotEligible`) while another run of it is live.
 
     Callers hold the transaction; the partial unique index `run_one_live_per_task`
@@ -136,6 +138,7 @@ def run_enqueue(*, task: Task, actor, input: dict, continues: Run | None = None,
         continues=continues,
         attempt=(continues.attempt + 1) if continues else 1,
         input=input,
+        carry=carry or {},
     )
     event_append(
         org_id=task.org_id,
@@ -476,8 +479,9 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
         if run.steps.filter(phase__in=(StepPhase.PLANNED, StepPhase.DISPATCHED)).exists():
             raise NotEligible("A run with an unfinished step cannot succeed.")
         planned = len(run.input.get("steps", [])) if isinstance(run.input, dict) else 0
+        dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", [])}
         done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
-        if done != planned:
+        if done + len(dropped) != planned:
             raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
     now = timezone.now()
     receipt = None
@@ -543,6 +547,39 @@ def run_request_stop(*, actor, run: Run) -> Run:
             payload={"status": run.status, "receipt": receipt},
         )
     return run
+
+
+def _descendant_ids(task: Task) -> list[int]:
+    ids, frontier = [], [task.pk]
+    while frontier and len(ids) < 10_000:
+        frontier = list(Task.objects.filter(parent_id__in=frontier).values_list("pk", flat=True))
+        ids += frontier
+    return ids
+
+
+@transaction.atomic
+def task_pause(*, actor, task: Task) -> Task:
+    """Pause a task: admission closes for it and its descendants, and their running
+    runs are asked to stop at the next step boundary. Pausing twice changes nothing."""
+    if Task.objects.filter(pk=task.pk, paused=False).update(paused=True, updated_at=timezone.now()) != 1:
+        task.refresh_from_db()
+        return task
+    event_append(org_id=task.org_id, task_id=task.pk, kind="task_paused", actor=actor)
+    for run in Run.objects.select_for_update().filter(
+        task_id__in=[task.pk, *_descendant_ids(task)], status=RunStatus.RUNNING
+    ):
+        _request_stop(run, actor=actor, reason="paused")
+    task.refresh_from_db()
+    return task
+
+
+@transaction.atomic
+def task_resume(*, actor, task: Task) -> Task:
+    """Lift a pause. A run stopped by the pause continues once, through normal admission (the supervisor)."""
+    if Task.objects.filter(pk=task.pk, paused=True).update(paused=False, updated_at=timezone.now()) == 1:
+        event_append(org_id=task.org_id, task_id=task.pk, kind="task_resumed", actor=actor)
+    task.refresh_from_db()
+    return task
 
 
 # --- the supervisor --------------------------------------------------------

@@ -182,6 +182,8 @@ class RunExecutor:
         self.heartbeat = heartbeat
         self.shutdown = shutdown
         self.reused = _reused(claim)
+        # Unfinished calls whose recovery mode drops them: the continuation skips them.
+        self.dropped = {d["seq"] for d in claim.get("dropped") or [] if isinstance(d, Mapping) and "seq" in d}
         # Follow-ups from people; a scripted plan has no use for them yet, an LLM agent would.
         self.messages: list[Any] = list(claim.get("messages") or [])
         self.workspace: str | None = claim.get("workspace")
@@ -216,6 +218,9 @@ class RunExecutor:
                 log.info(
                     "run %s step %d %s: reused saved result %s", self.run, seq, step["tool"], _short(self.reused[seq])
                 )
+                continue
+            if seq in self.dropped:
+                log.info("run %s step %d %s: dropped by its recovery mode", self.run, seq, step["tool"])
                 continue
             if (early := self._step(seq, step["tool"], dict(step.get("args") or {}))) is not None:
                 return early

@@ -1,0 +1,147 @@
+"""Continuations: a new run that continues an interrupted or stopped one.
+
+It keeps the source's plan (so `seq` numbering is kept), carries every saved
+result (`reuse`: copied as a step with `reused_from`, never re-executed), reruns
+what was never dispatched or is safe to replay, drops what its mode drops (and
+says so), and refuses anything of unknown outcome unless a person decided it.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from recovery import classify as c
+from recovery.selectors import diagnose
+from tasks.errors import NotEligible
+from tasks.events import event_append
+from tasks.models import Run, Step
+from tasks.services import run_enqueue
+
+
+@transaction.atomic
+def continuation_create(
+    *,
+    source: Run,
+    actor,
+    reason: str,
+    performed: dict[int, dict] | None = None,
+    rerun: set[int] | frozenset[int] = frozenset(),
+    messages: list | None = None,
+) -> Run:
+    """Queue the continuation of `source`.
+
+    `performed` maps a step of unknown outcome to the outcome a person recorded
+    for it (it is carried as a saved result); `rerun` names steps of unknown
+    outcome, or failed steps, that a person explicitly chose to run again.
+    Refused (`NotEligible`) for a corrupt checkpoint, a run whose recovery is
+    disabled, or an unknown outcome nobody decided.
+    """
+    performed = performed or {}
+    source = Run.objects.select_related("task", "agent").get(pk=source.pk)
+    if source.status not in ("interrupted", "stopped"):
+        raise NotEligible(f"Run #{source.pk} is {source.status}; only an interrupted or stopped run is continued.")
+    if source.recovery_disabled:
+        raise NotEligible(f"Recovery is disabled for run #{source.pk}: {source.recovery_disabled}")
+    steps = list(Step.objects.filter(run=source).order_by("seq"))
+    diagnosis = diagnose(source, steps)
+    if diagnosis.disposition == c.CORRUPT:
+        raise NotEligible(
+            f"Run #{source.pk} has a contradictory checkpoint; nothing of it is replayed.",
+            reasons=[r.as_dict() for r in diagnosis.reasons],
+        )
+    by_seq = {s.seq: s for s in steps}
+    verdicts = {v.seq: v for v in diagnosis.steps if v.parent_seq is None}
+    carried, reran, dropped = [], [], []
+    for seq, verdict in sorted(verdicts.items()):
+        step = by_seq[seq]
+        if verdict.verdict == c.REUSE and step.phase == "completed":
+            carried.append((step, step.result))
+        elif verdict.verdict == c.UNKNOWN_OUTCOME:
+            if seq in performed:
+                carried.append((step, performed[seq]))
+            elif seq in rerun:
+                reran.append(seq)
+            else:
+                raise NotEligible(
+                    f"Step {seq} ({step.tool}) has an unknown outcome; a person must decide it first.",
+                    reason="unknown_outcome",
+                    seq=seq,
+                )
+        elif verdict.verdict == c.REUSE:  # a saved failure: rerun only on request
+            if seq not in rerun:
+                raise NotEligible(f"Step {seq} ({step.tool}) failed; retrying it must be asked for.", seq=seq)
+            reran.append(seq)
+        elif verdict.verdict == c.DROP:
+            dropped.append({"seq": seq, "tool": step.tool, "reason": verdict.detail})
+        else:  # not_dispatched, replay
+            reran.append(seq)
+
+    run = run_enqueue(
+        task=source.task,
+        actor=actor,
+        input=source.input,
+        continues=source,
+        carry={"dropped": dropped, "reason": reason},
+        payload={"reason": reason},
+    )
+    now = timezone.now()
+    copies = []
+    for step, result in carried:
+        copies.append(
+            Step(
+                run=run,
+                seq=step.seq,
+                tool=step.tool,
+                args=step.args,
+                recovery_mode=step.recovery_mode,
+                phase="completed",
+                result=result,
+                usage=0,
+                reused_from=step.reused_from or step,
+                planned_at=step.planned_at,
+                dispatched_at=step.dispatched_at or now,
+                completed_at=step.completed_at or now,
+            )
+        )
+    Step.objects.bulk_create(copies)
+    # Nested calls of a carried parent are carried with it.
+    carried_seqs = {s.seq for s, _ in carried}
+    nested = [s for s in steps if s.parent_seq in carried_seqs and s.phase == "completed"]
+    if nested:
+        parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
+        Step.objects.bulk_create(
+            [
+                Step(
+                    run=run,
+                    seq=s.seq,
+                    parent=parents[s.parent_seq],
+                    parent_seq=s.parent_seq,
+                    tool=s.tool,
+                    args=s.args,
+                    recovery_mode=s.recovery_mode,
+                    phase="completed",
+                    result=s.result,
+                    usage=0,
+                    reused_from=s.reused_from or s,
+                    planned_at=s.planned_at,
+                    dispatched_at=s.dispatched_at,
+                    completed_at=s.completed_at,
+                )
+                for s in nested
+            ]
+        )
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_continued",
+        actor=actor,
+        payload={
+            "continues": source.pk,
+            "reason": reason,
+            "reused": sorted(carried_seqs),
+            "rerun": reran,
+            "dropped": [d["seq"] for d in dropped],
+            "performed": sorted(performed),
+        },
+    )
+    return run

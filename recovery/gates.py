@@ -1,0 +1,54 @@
+"""Pure: the facts of a task and an action in, the first closed gate out.
+
+Evaluated at the moment of every admission (a retry, a decision, an automatic
+continuation), never only when a card was drawn.
+"""
+
+from dataclasses import dataclass
+
+from tasks.holds import Hold, TaskFacts, task_hold
+
+CHAIN_MAX_RUNS = 32
+
+
+@dataclass(frozen=True)
+class AdmissionFacts:
+    task: TaskFacts
+    current_owner: str
+    original_owner: str | None = None
+    source_lease_live: bool = False
+    source_run_id: int | None = None
+    attempts: int = 0
+    max_attempts: int | None = None
+    chain_length: int = 1
+
+
+def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
+    hold = task_hold(facts.task)
+    if hold is not None:
+        return hold
+    if facts.original_owner is not None and facts.current_owner != facts.original_owner:
+        return Hold(
+            "owner_changed",
+            f"The task moved from {facts.original_owner} to {facts.current_owner} after this action opened.",
+            "an operator, by cancelling this action; the new owner starts afresh",
+        )
+    if facts.source_lease_live:
+        return Hold(
+            "lease_live",
+            f"Run #{facts.source_run_id} still holds a live lease: its worker may still be running it.",
+            "nobody: wait for the lease to be released or to lapse",
+        )
+    if facts.max_attempts is not None and facts.attempts >= facts.max_attempts:
+        return Hold(
+            "attempts_exhausted",
+            f"All {facts.max_attempts} attempts are used.",
+            "an admin, by granting one more attempt",
+        )
+    if facts.chain_length >= CHAIN_MAX_RUNS:
+        return Hold(
+            "chain_exhausted",
+            f"This chain already holds {facts.chain_length} runs, the most it may.",
+            "nobody: start a fresh task",
+        )
+    return None
