@@ -37,6 +37,16 @@ api = [
 
 urlpatterns = [
     path("", views.board, name="board"),
+    path("inbox/", views.inbox, name="inbox"),
+    path("tasks/<int:task_id>/", views.task_view, name="task"),
+    path("tasks/<int:task_id>/pause/", views.task_pause, name="task-pause"),
+    path("tasks/<int:task_id>/resume/", views.task_resume, name="task-resume"),
+    path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
+    path("agents/<str:agent>/runs/<int:run_id>/", views.run_view, name="run"),
+    path("actions/<int:action_id>/retry/", views.action_retry, name="action-retry"),
+    path("actions/<int:action_id>/decision/", views.action_decide, name="action-decide"),
+    path("actions/<int:action_id>/cancel/", views.action_cancel, name="action-cancel"),
+    path("settings/tools/", views.settings_tools, name="settings-tools"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/", include(api)),

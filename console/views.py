@@ -1,13 +1,313 @@
 """Pages and card actions. Thin: parse, authorize, call one service, render."""
 
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.db.models import Prefetch, Q
+from django.http import Http404, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from recovery.selectors import task_page
-from tasks.selectors import primary_membership
+from console import cards, phrases
+from console.permissions import can_admin, can_operate
+from recovery import actions as recovery_actions
+from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
+from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
+from recovery.selectors import action_detail, task_count, task_detail, task_page
+from tasks import services
+from tasks.errors import NotFound, ServiceError
+from tasks.models import Agent, Role, Run, Step
+from tasks.selectors import memberships_of, primary_membership, visible_runs, visible_tasks
+
+TABS = (
+    ("needs_decision", "Needs decision"),
+    ("exhausted", "Exhausted"),
+    ("blocked", "Blocked"),
+    ("running", "Running"),
+    ("all", "All"),
+)
+COUNT_CAP = 10_000
+
+
+def _page(request, template, context, status=200):
+    context.setdefault("membership", primary_membership(request.user))
+    return render(request, template, context, status=status)
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 @login_required
 def board(request):
-    tasks, _ = task_page(request.user, limit=50)
-    return render(request, "console/board.html", {"tasks": tasks, "membership": primary_membership(request.user)})
+    state = request.GET.get("state") or "all"
+    if state not in dict(TABS):
+        state = "all"
+    q = (request.GET.get("q") or "").strip()[:200]
+    cursor = request.GET.get("cursor") or None
+    tasks, next_cursor = task_page(request.user, state=state, q=q, cursor=cursor, limit=50, order="attention")
+    total = task_count(request.user, state=state, q=q, cap=COUNT_CAP)
+    count_text = f"{COUNT_CAP:,}+ tasks" if total > COUNT_CAP else f"{total:,} task{'s' if total != 1 else ''}"
+    rows = [cards.task_row_context(t, request.user) for t in tasks]
+    return _page(
+        request,
+        "console/board.html",
+        {
+            "rows": rows,
+            "state": state,
+            "q": q,
+            "tabs": TABS,
+            "next_cursor": next_cursor,
+            "count_text": count_text,
+            "nav": "board",
+        },
+    )
+
+
+@login_required
+def inbox(request):
+    ms = memberships_of(request.user)
+    owners = Q(pk__in=[])
+    for m in ms:
+        mine = Q(recovery_owner=f"user:{request.user.username}")
+        if m.allows(Role.OPERATOR):
+            mine |= Q(recovery_owner="role:operator") | Q(recovery_owner="")
+        if m.allows(Role.ADMIN):
+            mine |= Q(recovery_owner="role:admin")
+        owners |= Q(org_id=m.org_id) & mine
+    live = (
+        RecoveryAction.objects.filter(owners, status__in=(ActionStatus.OPEN, ActionStatus.EXHAUSTED))
+        .filter(task__in=visible_tasks(request.user))
+        .select_related("task")
+        .order_by("-status", "due_at", "id")[:200]  # "open" < "exhausted": exhausted first
+    )
+    items = [
+        {"action": a, "cause_text": phrases.cause(a.cause), "owner": phrases.owner(a.recovery_owner) or "operators"}
+        for a in live
+    ]
+    return _page(request, "console/inbox.html", {"items": items, "nav": "inbox"})
+
+
+def _task_or_404(request, task_id: int):
+    try:
+        return task_detail(request.user, task_id)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+
+
+def _task_runs(task) -> dict[int, Run]:
+    runs = (
+        Run.objects.filter(task=task)
+        .select_related("agent")
+        .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
+        .order_by("id")
+    )
+    return {r.pk: r for r in runs}
+
+
+@login_required
+def task_view(request, task_id: int):
+    task = _task_or_404(request, task_id)
+    if recovery_actions.actions_retire_stale(task_id=task.pk):
+        task = _task_or_404(request, task_id)
+    task_runs = _task_runs(task)
+    live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
+    settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
+    return _page(
+        request,
+        "console/task.html",
+        {
+            "task": task,
+            "header_html": cards.render_task_header(request, task),
+            "live_cards": [cards.render_action_card(request, a) for a in live],
+            "settled_cards": [cards.render_action_card(request, a) for a in settled],
+            "run_cards": [cards.render_run_card(request, r, task_runs) for r in task_runs.values()],
+            "nav": "board",
+        },
+    )
+
+
+@login_required
+def run_view(request, agent: str, run_id: int):
+    run = visible_runs(request.user).filter(pk=run_id, agent__name=agent).select_related("task", "agent").first()
+    if run is None:
+        raise Http404("No such run.")
+    task_runs = _task_runs(run.task)
+    run = task_runs[run.pk]
+    ctx = cards.run_context(run, task_runs, request.user)
+    return _page(
+        request,
+        "console/run.html",
+        {
+            "run": run,
+            "run_html": cards.render_run_card(request, run, task_runs),
+            "diagnosis": ctx["diagnosis"],
+            "disposition_text": ctx["disposition_text"],
+            "continued_by": ctx["continued_by"],
+            "nav": "board",
+        },
+    )
+
+
+# --- card actions ------------------------------------------------------------------
+
+
+def _action_or_404(request, action_id: int) -> RecoveryAction:
+    action = action_detail(request.user, action_id)
+    if action is None:
+        raise Http404("No such action.")
+    return action
+
+
+def _card_response(request, action_id: int, *, error: ServiceError | None = None):
+    action = _action_or_404(request, action_id)
+    if not request.htmx:
+        return redirect(f"/tasks/{action.task_id}/#action-{action.pk}")
+    html = cards.render_action_card(
+        request, action, message=error.detail if error else "", message_code=error.code if error else ""
+    )
+    return HttpResponse(html, status=error.status_code if error else 200)
+
+
+def _version(request) -> int | None:
+    return _int(request.POST.get("version"))
+
+
+def _checked(request, name: str) -> bool:
+    return request.POST.get(name) in ("1", "on", "true")
+
+
+@login_required
+@require_POST
+def action_retry(request, action_id: int):
+    _action_or_404(request, action_id)
+    try:
+        recovery_actions.action_retry(
+            action_id=action_id,
+            user=request.user,
+            version=_version(request),
+            accept_duplicate_risk=_checked(request, "accept_duplicate_risk"),
+            reason=request.POST.get("reason", ""),
+        )
+    except ServiceError as exc:
+        return _card_response(request, action_id, error=exc)
+    return _card_response(request, action_id)
+
+
+@login_required
+@require_POST
+def action_decide(request, action_id: int):
+    _action_or_404(request, action_id)
+    try:
+        recovery_actions.action_decide(
+            action_id=action_id,
+            user=request.user,
+            version=_version(request),
+            outcome=request.POST.get("outcome", ""),
+            note=request.POST.get("note", ""),
+            accept_duplicate_risk=_checked(request, "accept_duplicate_risk"),
+        )
+    except ServiceError as exc:
+        return _card_response(request, action_id, error=exc)
+    return _card_response(request, action_id)
+
+
+@login_required
+@require_POST
+def action_cancel(request, action_id: int):
+    _action_or_404(request, action_id)
+    try:
+        recovery_actions.action_cancel(action_id=action_id, user=request.user, version=_version(request))
+    except ServiceError as exc:
+        return _card_response(request, action_id, error=exc)
+    return _card_response(request, action_id)
+
+
+def _header_response(request, task_id: int, *, error: ServiceError | None = None):
+    task = _task_or_404(request, task_id)
+    if not request.htmx:
+        return redirect(f"/tasks/{task_id}/")
+    html = cards.render_task_header(request, task, message=error.detail if error else "")
+    return HttpResponse(html, status=error.status_code if error else 200)
+
+
+def _operator_task(request, task_id: int):
+    task = visible_tasks(request.user).filter(pk=task_id).first()
+    if task is None:
+        raise Http404("No such task.")
+    if not can_operate(request.user, task.org_id):
+        return task, ServiceError("This needs the operator role.", code="forbidden", status_code=403)
+    return task, None
+
+
+@login_required
+@require_POST
+def task_pause(request, task_id: int):
+    task, refusal = _operator_task(request, task_id)
+    if refusal is None:
+        services.task_pause(actor=request.user, task=task)
+    return _header_response(request, task_id, error=refusal)
+
+
+@login_required
+@require_POST
+def task_resume(request, task_id: int):
+    task, refusal = _operator_task(request, task_id)
+    if refusal is None:
+        services.task_resume(actor=request.user, task=task)
+    return _header_response(request, task_id, error=refusal)
+
+
+@login_required
+@require_POST
+def run_stop(request, run_id: int):
+    run = visible_runs(request.user).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("No such run.")
+    _, refusal = _operator_task(request, run.task_id)
+    if refusal is None:
+        services.run_request_stop(actor=request.user, run=run)
+    return _header_response(request, run.task_id, error=refusal)
+
+
+# --- settings ----------------------------------------------------------------------
+
+
+@login_required
+def settings_tools(request):
+    membership = primary_membership(request.user)
+    if membership is None or not can_admin(request.user, membership.org_id):
+        return HttpResponseForbidden("Tool settings need the admin role.")
+    agents = list(Agent.objects.filter(org_id=membership.org_id).select_related("profile").order_by("name"))
+    saved, error = "", ""
+    if request.method == "POST":
+        agent = next((a for a in agents if a.pk == _int(request.POST.get("agent"))), None)
+        if agent is None:
+            raise Http404("No such agent.")
+        modes = {k.split(":", 1)[1]: v for k, v in request.POST.items() if k.startswith("mode:")}
+        try:
+            profile_update(
+                actor=request.user, profile=agent.profile, modes=modes, auto_resume=_checked(request, "auto_resume")
+            )
+            return redirect(f"/settings/tools/?saved={agent.name}")
+        except ServiceError as exc:
+            error = exc.detail
+    saved = request.GET.get("saved", "")
+    profiles = []
+    for agent in agents:
+        overrides = agent.profile.tool_modes or {}
+        tools = sorted(set(KNOWN_TOOLS) | set(overrides))
+        rows = [{"tool": t, "default": DEFAULT_MODES.get(t, "forget"), "mode": mode_for(t, overrides)} for t in tools]
+        profiles.append({"agent": agent, "profile": agent.profile, "rows": rows})
+    return _page(
+        request,
+        "console/settings_tools.html",
+        {
+            "profiles": profiles,
+            "modes": ("replay", "notify", "forget"),
+            "saved": saved,
+            "error": error,
+            "nav": "settings",
+        },
+    )

@@ -17,10 +17,12 @@ def task_state(task: Task, current_run: Run | None, actions: list) -> str:
         return "needs_decision"
     if current_run is not None and current_run.status in ("running", "stopping"):
         return "running"
-    if task.paused or task.budget_exhausted or task.status == "blocked":
+    if task.paused or task.budget_exhausted:
         return "blocked"
     if current_run is not None and current_run.status == "queued":
         return "queued"
+    if task.status == "blocked":
+        return "blocked"
     return "idle"
 
 

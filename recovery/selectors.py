@@ -1,5 +1,7 @@
 """Reads of tasks with their recovery state, for pages and the API. Query counts do not grow with data."""
 
+from datetime import datetime
+
 from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
 
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
@@ -42,13 +44,15 @@ def state_filter(qs, state: str):
     if state == "running":
         return qs.filter(running)
     qs = qs.exclude(running)
-    held = Q(paused=True) | Q(status="blocked") | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit"))
+    held = Q(paused=True) | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit"))
+    queued = Q(current_run_status="queued")
+    blocked = held | (~queued & Q(status="blocked"))
     if state == "blocked":
-        return qs.filter(held)
-    qs = qs.exclude(held)
+        return qs.filter(blocked)
+    qs = qs.exclude(blocked)
     if state == "queued":
-        return qs.filter(current_run_status="queued")
-    return qs.exclude(current_run_status="queued")
+        return qs.filter(queued)
+    return qs.exclude(queued)
 
 
 def _action_prefetch(live_only: bool):
@@ -68,20 +72,51 @@ def _attach_current_runs(tasks: list[Task]) -> None:
         t.current_run = runs.get(getattr(t, "current_run_id", None))
 
 
-def task_page(user, *, state: str = "all", q: str = "", cursor: int | None = None, limit: int = 50):
-    """One page of visible tasks, newest first (keyset on id). Returns (tasks, next_cursor)."""
-    qs = annotate_state(visible_tasks(user)).select_related("agent")
+def _task_queryset(user, *, state: str, q: str):
+    qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
+    q = (q or "").strip()
     if q:
-        q = q.strip()
-        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(q)) if q.isdigit() else Q(title__icontains=q))
-    if cursor is not None:
-        qs = qs.filter(pk__lt=cursor)
-    tasks = list(qs.order_by("-id").prefetch_related(_action_prefetch(live_only=True))[: limit + 1])
+        number = q.lstrip("#")
+        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(number))) if number.isdigit() else qs.filter(title__icontains=q)
+    return qs
+
+
+def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int = 50, order: str = "newest"):
+    """One page of visible tasks and the cursor of the next (keyset, no OFFSET).
+
+    order "newest": newest task first, cursor is an id. order "attention": most
+    recently changed first, cursor is "<updated_at>_<id>".
+    """
+    qs = _task_queryset(user, state=state, q=q).select_related("agent")
+    if order == "attention":
+        if cursor:
+            stamp, _, last_id = str(cursor).rpartition("_")
+            try:
+                when = datetime.fromisoformat(stamp)
+                last = int(last_id)
+            except ValueError:
+                when = None
+            if when is not None:
+                qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, pk__lt=last))
+        qs = qs.order_by("-updated_at", "-id")
+    else:
+        if cursor is not None:
+            qs = qs.filter(pk__lt=int(cursor))
+        qs = qs.order_by("-id")
+    tasks = list(qs.prefetch_related(_action_prefetch(live_only=True))[: limit + 1])
     more = len(tasks) > limit
     tasks = tasks[:limit]
     _attach_current_runs(tasks)
-    return tasks, (tasks[-1].pk if more and tasks else None)
+    if not (more and tasks):
+        return tasks, None
+    last = tasks[-1]
+    return tasks, (f"{last.updated_at.isoformat()}_{last.pk}" if order == "attention" else last.pk)
+
+
+def task_count(user, *, state: str = "all", q: str = "", cap: int = 10_000) -> int:
+    """How many tasks match, counting at most cap + 1 rows (never an unbounded COUNT(*))."""
+    return _task_queryset(user, state=state, q=q).order_by()[: cap + 1].count()
 
 
 def task_detail(user, task_id: int) -> Task:
@@ -152,18 +187,36 @@ def step_facts(step: Step) -> StepFacts:
     )
 
 
-def run_facts(run: Run, steps: list[Step] | None = None) -> RunFacts:
+def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> RunFacts:
+    """Facts for classify. With `task_runs` (every run of the task, steps prefetched
+    as `step_list`) it reads nothing more from the database."""
     if steps is None:
         steps = getattr(run, "step_list", None)
         if steps is None:
             steps = list(run.steps.order_by("seq"))
-    chain = chain_of(run)
+    if task_runs is not None:
+        chain = [run.pk]
+        prev = run.continues_id
+        while prev is not None and prev in task_runs and len(chain) < 64:
+            chain.append(prev)
+            prev = task_runs[prev].continues_id
+        chain.reverse()
+        earlier_seqs = [
+            s.seq
+            for rid in chain[:-1]
+            for s in task_runs[rid].step_list
+            if s.phase == "dispatched" and s.parent_seq is None
+        ]
+    else:
+        chain = chain_of(run)
+        earlier_seqs = []
+        if len(chain) > 1:
+            earlier_seqs = Step.objects.filter(
+                run_id__in=chain[:-1], phase="dispatched", parent_seq__isnull=True
+            ).values_list("seq", flat=True)
     earlier: dict[int, int] = {}
-    if len(chain) > 1:
-        for seq in Step.objects.filter(run_id__in=chain[:-1], phase="dispatched", parent_seq__isnull=True).values_list(
-            "seq", flat=True
-        ):
-            earlier[seq] = earlier.get(seq, 0) + 1
+    for seq in earlier_seqs:
+        earlier[seq] = earlier.get(seq, 0) + 1
     return RunFacts(
         run_id=run.pk,
         status=run.status,
@@ -175,8 +228,8 @@ def run_facts(run: Run, steps: list[Step] | None = None) -> RunFacts:
     )
 
 
-def diagnose(run: Run, steps: list[Step] | None = None) -> Diagnosis:
-    return classify(run_facts(run, steps))
+def diagnose(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> Diagnosis:
+    return classify(run_facts(run, steps, task_runs=task_runs))
 
 
 def action_detail(user, action_id: int) -> RecoveryAction | None:

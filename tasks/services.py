@@ -140,6 +140,8 @@ def run_enqueue(
         input=input,
         carry=carry or {},
     )
+    if continues is not None:
+        _set_task_status(task.pk, TaskStatus.IN_PROGRESS)
     event_append(
         org_id=task.org_id,
         task_id=task.pk,
