@@ -2,15 +2,16 @@
 
 from dataclasses import dataclass
 
+from django.db.models import Prefetch
 from django.template.loader import render_to_string
 
 from console import phrases
 from console.permissions import can_admin, can_operate
 from recovery.actions import current_gate
-from recovery.models import ActionKind, ActionStatus, RecoveryAction
+from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.presenters import task_state
 from recovery.selectors import diagnose, task_detail
-from tasks.models import Run, Task
+from tasks.models import Run, Step, Task
 
 FINAL_FOR_DIAGNOSIS = ("interrupted", "stopped")
 
@@ -63,8 +64,8 @@ def action_context(action: RecoveryAction, user, *, message: str = "", message_c
     }
 
 
-def render_action_card(request, action: RecoveryAction, *, message: str = "", message_code: str = "") -> str:
-    ctx = action_context(action, request.user, message=message, message_code=message_code)
+def render_action_card(action: RecoveryAction, *, user, request=None, message: str = "", message_code: str = "") -> str:
+    ctx = action_context(action, user, message=message, message_code=message_code)
     return render_to_string("console/cards/action.html#card", ctx, request=request)
 
 
@@ -84,9 +85,9 @@ def task_header_context(task: Task, user, *, message: str = "") -> dict:
     }
 
 
-def render_task_header(request, task: Task, *, message: str = "") -> str:
+def render_task_header(task: Task, *, user, request=None, message: str = "") -> str:
     return render_to_string(
-        "console/cards/task.html#header", task_header_context(task, request.user, message=message), request=request
+        "console/cards/task.html#header", task_header_context(task, user, message=message), request=request
     )
 
 
@@ -122,8 +123,8 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     }
 
 
-def render_run_card(request, run: Run, task_runs: dict[int, Run]) -> str:
-    return render_to_string("console/cards/run.html#card", run_context(run, task_runs, request.user), request=request)
+def render_run_card(run: Run, task_runs: dict[int, Run], *, user, request=None) -> str:
+    return render_to_string("console/cards/run.html#card", run_context(run, task_runs, user), request=request)
 
 
 def task_row_context(task: Task, user) -> dict:
@@ -143,9 +144,47 @@ def task_row_context(task: Task, user) -> dict:
     }
 
 
-def render_task_row(request, task: Task) -> str:
-    return render_to_string("console/cards/task_row.html#row", task_row_context(task, request.user), request=request)
+def render_task_row(task: Task, *, user, request=None) -> str:
+    return render_to_string("console/cards/task_row.html#row", task_row_context(task, user), request=request)
 
 
-def refreshed_task(user, task_id: int) -> Task:
-    return task_detail(user, task_id)
+def task_runs_of(task_id: int) -> dict[int, Run]:
+    """Every run of the task with its steps, in two queries whatever the size."""
+    runs = (
+        Run.objects.filter(task_id=task_id)
+        .select_related("agent")
+        .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
+        .order_by("id")
+    )
+    return {r.pk: r for r in runs}
+
+
+def render_recovery_section(task: Task, *, user, request=None) -> str:
+    live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
+    settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
+    ctx = {
+        "task": task,
+        "live_cards": [render_action_card(a, user=user, request=request) for a in live],
+        "settled_cards": [render_action_card(a, user=user, request=request) for a in settled],
+    }
+    return render_to_string("console/cards/sections.html#recovery", ctx, request=request)
+
+
+def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None) -> str:
+    ctx = {
+        "task": task,
+        "run_cards": [render_run_card(r, task_runs, user=user, request=request) for r in task_runs.values()],
+    }
+    return render_to_string("console/cards/sections.html#chain", ctx, request=request)
+
+
+def task_page_parts(task_id: int, *, user, request=None) -> dict:
+    """Every card of the task page, from saved state: used by the page and by a live resync."""
+    task = task_detail(user, task_id)
+    task_runs = task_runs_of(task.pk)
+    return {
+        "task": task,
+        "header_html": render_task_header(task, user=user, request=request),
+        "recovery_html": render_recovery_section(task, user=user, request=request),
+        "chain_html": render_chain(task, task_runs, user=user, request=request),
+    }

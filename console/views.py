@@ -1,20 +1,23 @@
 """Pages and card actions. Thin: parse, authorize, call one service, render."""
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
-from django.db.models import Prefetch, Q
+from django.db.models import Q
 from django.http import Http404, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console import cards, phrases
+from console.live import last_event_id
 from console.permissions import can_admin, can_operate
 from recovery import actions as recovery_actions
-from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
+from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
 from recovery.selectors import action_detail, task_count, task_detail, task_page
 from tasks import services
 from tasks.errors import NotFound, ServiceError
-from tasks.models import Agent, Role, Run, Step
+from tasks.models import Agent, Role
 from tasks.selectors import memberships_of, primary_membership, visible_runs, visible_tasks
 
 TABS = (
@@ -46,6 +49,7 @@ def board(request):
         state = "all"
     q = (request.GET.get("q") or "").strip()[:200]
     cursor = request.GET.get("cursor") or None
+    last_event = last_event_id()
     tasks, next_cursor = task_page(request.user, state=state, q=q, cursor=cursor, limit=50, order="attention")
     total = task_count(request.user, state=state, q=q, cap=COUNT_CAP)
     count_text = f"{COUNT_CAP:,}+ tasks" if total > COUNT_CAP else f"{total:,} task{'s' if total != 1 else ''}"
@@ -61,6 +65,8 @@ def board(request):
             "next_cursor": next_cursor,
             "count_text": count_text,
             "nav": "board",
+            "ws_path": "/ws/board/?" + urlencode({"state": state, "q": q}),
+            "last_event": last_event,
         },
     )
 
@@ -96,35 +102,16 @@ def _task_or_404(request, task_id: int):
         raise Http404(str(exc)) from exc
 
 
-def _task_runs(task) -> dict[int, Run]:
-    runs = (
-        Run.objects.filter(task=task)
-        .select_related("agent")
-        .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
-        .order_by("id")
-    )
-    return {r.pk: r for r in runs}
-
-
 @login_required
 def task_view(request, task_id: int):
-    task = _task_or_404(request, task_id)
-    if recovery_actions.actions_retire_stale(task_id=task.pk):
-        task = _task_or_404(request, task_id)
-    task_runs = _task_runs(task)
-    live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
-    settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
+    _task_or_404(request, task_id)
+    recovery_actions.actions_retire_stale(task_id=task_id)
+    cursor = last_event_id()  # before reading state: a later change is then always resent
+    parts = cards.task_page_parts(task_id, user=request.user, request=request)
     return _page(
         request,
         "console/task.html",
-        {
-            "task": task,
-            "header_html": cards.render_task_header(request, task),
-            "live_cards": [cards.render_action_card(request, a) for a in live],
-            "settled_cards": [cards.render_action_card(request, a) for a in settled],
-            "run_cards": [cards.render_run_card(request, r, task_runs) for r in task_runs.values()],
-            "nav": "board",
-        },
+        {**parts, "nav": "board", "ws_path": f"/ws/tasks/{task_id}/", "last_event": cursor},
     )
 
 
@@ -133,7 +120,8 @@ def run_view(request, agent: str, run_id: int):
     run = visible_runs(request.user).filter(pk=run_id, agent__name=agent).select_related("task", "agent").first()
     if run is None:
         raise Http404("No such run.")
-    task_runs = _task_runs(run.task)
+    cursor = last_event_id()
+    task_runs = cards.task_runs_of(run.task_id)
     run = task_runs[run.pk]
     ctx = cards.run_context(run, task_runs, request.user)
     return _page(
@@ -141,11 +129,13 @@ def run_view(request, agent: str, run_id: int):
         "console/run.html",
         {
             "run": run,
-            "run_html": cards.render_run_card(request, run, task_runs),
+            "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
             "diagnosis": ctx["diagnosis"],
             "disposition_text": ctx["disposition_text"],
             "continued_by": ctx["continued_by"],
             "nav": "board",
+            "ws_path": f"/ws/runs/{run.pk}/",
+            "last_event": cursor,
         },
     )
 
@@ -165,7 +155,11 @@ def _card_response(request, action_id: int, *, error: ServiceError | None = None
     if not request.htmx:
         return redirect(f"/tasks/{action.task_id}/#action-{action.pk}")
     html = cards.render_action_card(
-        request, action, message=error.detail if error else "", message_code=error.code if error else ""
+        action,
+        user=request.user,
+        request=request,
+        message=error.detail if error else "",
+        message_code=error.code if error else "",
     )
     return HttpResponse(html, status=error.status_code if error else 200)
 
@@ -228,7 +222,7 @@ def _header_response(request, task_id: int, *, error: ServiceError | None = None
     task = _task_or_404(request, task_id)
     if not request.htmx:
         return redirect(f"/tasks/{task_id}/")
-    html = cards.render_task_header(request, task, message=error.detail if error else "")
+    html = cards.render_task_header(task, user=request.user, request=request, message=error.detail if error else "")
     return HttpResponse(html, status=error.status_code if error else 200)
 
 

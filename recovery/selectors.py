@@ -55,7 +55,7 @@ def state_filter(qs, state: str):
     return qs.exclude(queued)
 
 
-def _action_prefetch(live_only: bool):
+def action_prefetch(live_only: bool):
     qs = RecoveryAction.objects.select_related("original_owner", "run").prefetch_related(
         Prefetch("attempt_history", queryset=RecoveryAttempt.objects.order_by("number")),
         "repairs__requested_by",
@@ -65,7 +65,7 @@ def _action_prefetch(live_only: bool):
     return Prefetch("actions", queryset=qs.order_by("-id"), to_attr="action_list")
 
 
-def _attach_current_runs(tasks: list[Task]) -> None:
+def attach_current_runs(tasks: list[Task]) -> None:
     ids = [t.current_run_id for t in tasks if getattr(t, "current_run_id", None)]
     runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
     for t in tasks:
@@ -104,10 +104,10 @@ def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int 
         if cursor is not None:
             qs = qs.filter(pk__lt=int(cursor))
         qs = qs.order_by("-id")
-    tasks = list(qs.prefetch_related(_action_prefetch(live_only=True))[: limit + 1])
+    tasks = list(qs.prefetch_related(action_prefetch(live_only=True))[: limit + 1])
     more = len(tasks) > limit
     tasks = tasks[:limit]
-    _attach_current_runs(tasks)
+    attach_current_runs(tasks)
     if not (more and tasks):
         return tasks, None
     last = tasks[-1]
@@ -124,7 +124,7 @@ def task_detail(user, task_id: int) -> Task:
         annotate_state(visible_tasks(user))
         .select_related("agent", "org", "creator")
         .prefetch_related(
-            _action_prefetch(live_only=False),
+            action_prefetch(live_only=False),
             Prefetch(
                 "messages",
                 queryset=Message.objects.select_related("author").order_by("created_at", "id"),
@@ -141,7 +141,7 @@ def task_detail(user, task_id: int) -> Task:
     )
     if task is None:
         raise NotFound(f"No task #{task_id}.")
-    _attach_current_runs([task])
+    attach_current_runs([task])
     return task
 
 

@@ -1,5 +1,7 @@
 """The one way an Event is written."""
 
+from django.db import connection
+
 from tasks.models import Event
 
 
@@ -19,7 +21,15 @@ def actor_name(actor) -> str:
 def event_append(
     *, org_id: int, kind: str, actor, task_id: int | None = None, run_id: int | None = None, payload: dict | None = None
 ) -> Event:
-    """Append one event. Call it inside the transaction of the change it records."""
-    return Event.objects.create(
+    """Append one event. Call it inside the transaction of the change it records.
+
+    On PostgreSQL it also NOTIFYs the web processes' relays; the notification
+    is delivered on commit and only wakes them early (they poll regardless).
+    """
+    event = Event.objects.create(
         org_id=org_id, task_id=task_id, run_id=run_id, kind=kind, actor=actor_name(actor), payload=payload or {}
     )
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("NOTIFY console_events")
+    return event

@@ -1,0 +1,128 @@
+"""The websocket of a live page: subscribe after checking access, forward rendered HTML, resync on request.
+
+No business logic: what to render comes from console.live, what changed from the relay.
+"""
+
+import asyncio
+import json
+import logging
+from urllib.parse import parse_qs
+
+from channels.auth import get_user
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from console import live
+from console.relay import relay
+
+log = logging.getLogger("console.consumers")
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    page = "board"  # "board" | "task" | "run": one subclass per route
+
+    async def connect(self):
+        self.obj_id = self.scope["url_route"]["kwargs"].get("obj_id")
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
+        self.subscribed = False
+        self.watchdog = None
+        self.user = await get_user(self.scope)
+        await self.accept()
+        if not self.user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        if not access.ok:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
+        self.private = access.private
+        # Subscribe before any snapshot is taken, so no event falls between them.
+        await relay.subscribe(self)
+        self.subscribed = True
+        self.watchdog = asyncio.create_task(self._recheck_access())
+
+    async def disconnect(self, code):
+        if self.subscribed:
+            relay.unsubscribe(self)
+            self.subscribed = False
+        if self.watchdog:
+            self.watchdog.cancel()
+
+    # --- what the relay needs ---------------------------------------------------------
+
+    def topics(self) -> list[tuple]:
+        if self.page == "board":
+            return [("org", self.org_id)]
+        return [("task", self.task_id)]
+
+    def render_key(self) -> tuple:
+        return (self.page, self.obj_id, self.role, self.user.pk if self.private else None)
+
+    @property
+    def lists_new(self) -> bool:
+        return self.page == "board" and self.filters["state"] == "all" and not self.filters["q"]
+
+    async def push(self, html: str, cursor: int) -> None:
+        if self.subscribed:
+            await self.send(text_data=html + live.cursor_fragment(cursor))
+
+    # --- the page's requests ---------------------------------------------------------
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if message.get("type") != "resync" or not self.subscribed:
+            return
+        try:
+            after = int(message.get("last_event") or 0)
+        except (TypeError, ValueError):
+            after = 0
+        reconnect = bool(message.get("reconnect"))
+        html = await database_sync_to_async(self._resync)(after, reconnect)
+        if html and self.subscribed:
+            await self.send(text_data=html)
+
+    def _resync(self, after: int, reconnect: bool) -> str:
+        """Every card of the page from saved state, when the page may be behind (always after a reconnect)."""
+        if not reconnect and not live.changed_since(self.page, org_id=self.org_id, task_id=self.task_id, after=after):
+            return ""
+        cursor = live.last_event_id()
+        html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters)
+        notice = live.notice_fragment() if reconnect else ""
+        return html + notice + live.cursor_fragment(cursor)
+
+    async def _recheck_access(self) -> None:
+        """A removed member, or a task made private, stops receiving within seconds."""
+        interval = getattr(settings, "CONSOLE_LIVE_RECHECK_SECONDS", 2.0)
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+                if not access.ok:
+                    relay.unsubscribe(self)
+                    self.subscribed = False
+                    await self.close(code=CLOSE_FORBIDDEN)
+                    return
+                self.role, self.private = access.role, access.private
+        except asyncio.CancelledError:
+            pass
+
+
+class BoardConsumer(LiveConsumer):
+    page = "board"
+
+
+class TaskConsumer(LiveConsumer):
+    page = "task"
+
+
+class RunConsumer(LiveConsumer):
+    page = "run"

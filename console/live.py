@@ -1,0 +1,179 @@
+"""What a live page receives: out-of-band fragments rendered from saved state.
+
+Synchronous and ORM-backed; the relay and the consumer call these in a thread.
+Every fragment is the same partial the page itself uses, so a pushed update and
+a reload draw the same HTML.
+"""
+
+from dataclasses import dataclass
+
+from django.db.models import Max
+from django.utils.html import escape
+
+from console import cards
+from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail, task_page
+from tasks.errors import NotFound
+from tasks.models import Event, Role, Run, Task
+from tasks.selectors import membership_in, task_visible_to, visible_runs
+
+RECONNECT_NOTICE = (
+    "Live updates reconnected — this page now shows saved state. Reconnecting does not restart the agent."
+)
+
+
+def last_event_id() -> int:
+    return Event.objects.aggregate(m=Max("id"))["m"] or 0
+
+
+def cursor_fragment(event_id: int) -> str:
+    return f'<span id="live-cursor" data-last-event="{int(event_id)}" hidden hx-swap-oob="true"></span>'
+
+
+def notice_fragment() -> str:
+    return (
+        '<div id="live-notice" class="reconnect-notice" role="status" hx-swap-oob="true">'
+        f"{escape(RECONNECT_NOTICE)}</div>"
+    )
+
+
+def _oob(html: str) -> str:
+    """Mark the fragment's root element as an out-of-band swap of the element with its id."""
+    html = html.strip()
+    head, sep, rest = html.partition(">")
+    return f'{head} hx-swap-oob="true"{sep}{rest}'
+
+
+# --- access --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    ok: bool
+    org_id: int | None = None
+    role: str | None = None
+    task_id: int | None = None
+    private: bool = False
+
+
+def fresh(user):
+    """Drop cached memberships, so a role change or removal is seen."""
+    user.__dict__.pop("_console_memberships", None)
+    return user
+
+
+def check_access(user, page: str, obj_id: int | None) -> Access:
+    fresh(user)
+    if page == "board":
+        from tasks.selectors import primary_membership
+
+        m = primary_membership(user)
+        return Access(True, m.org_id, m.role) if m else Access(False)
+    if page == "task":
+        task = Task.objects.filter(pk=obj_id).only("id", "org_id", "private", "creator_id").first()
+        if task is None or not task_visible_to(user, task):
+            return Access(False)
+        return Access(True, task.org_id, membership_in(user, task.org_id).role, task.pk, task.private)
+    if page == "run":
+        run = visible_runs(user).filter(pk=obj_id).select_related("task").first()
+        if run is None:
+            return Access(False)
+        return Access(True, run.org_id, membership_in(user, run.org_id).role, run.task_id, run.task.private)
+    return Access(False)
+
+
+# --- snapshots (connect, reconnect) --------------------------------------------------
+
+
+def board_snapshot(user, *, state: str, q: str) -> str:
+    tasks, _ = task_page(user, state=state, q=q, limit=50, order="attention")
+    rows = "".join(cards.render_task_row(t, user=user) for t in tasks)
+    if not rows:
+        rows = '<tr class="empty"><td colspan="7">No tasks in this view.</td></tr>'
+    return f'<tbody id="board-rows" hx-swap-oob="true">{rows}</tbody>'
+
+
+def task_snapshot(user, task_id: int) -> str:
+    try:
+        parts = cards.task_page_parts(task_id, user=user)
+    except NotFound:
+        return ""
+    return _oob(parts["header_html"]) + _oob(parts["recovery_html"]) + _oob(parts["chain_html"])
+
+
+def run_snapshot(user, run_id: int) -> str:
+    run = Run.objects.filter(pk=run_id).only("task_id").first()
+    if run is None:
+        return ""
+    task_runs = cards.task_runs_of(run.task_id)
+    return _oob(cards.render_run_card(task_runs[run_id], task_runs, user=user))
+
+
+# --- updates (from the relay) --------------------------------------------------------
+
+
+@dataclass
+class BoardRow:
+    html: str
+    private: bool
+    creator_id: int | None
+    org_id: int
+
+
+def board_rows(task_ids: set[int], *, viewer) -> dict[int, BoardRow]:
+    """Rows of changed tasks, rendered once for every board of the organization (rows carry no controls)."""
+    tasks = list(
+        annotate_state(Task.objects.filter(pk__in=task_ids))
+        .select_related("agent")
+        .prefetch_related(action_prefetch(live_only=True))
+    )
+    attach_current_runs(tasks)
+    return {
+        t.pk: BoardRow(_oob(cards.render_task_row(t, user=viewer)), t.private, t.creator_id, t.org_id) for t in tasks
+    }
+
+
+def board_row_visible(row: BoardRow, user, role: str) -> bool:
+    return not row.private or row.creator_id == user.pk or role == Role.ADMIN
+
+
+def new_board_row(row: BoardRow) -> str:
+    """A task the page has not seen goes on top of the list."""
+    html = row.html.replace(' hx-swap-oob="true"', "", 1)
+    return f'<tbody hx-swap-oob="afterbegin:#board-rows">{html}</tbody>'
+
+
+def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int]) -> str:
+    """Header, recovery column and the changed runs of a task page, for the viewer's role."""
+    try:
+        task = task_detail(viewer, task_id)
+    except NotFound:
+        return ""
+    out = [_oob(cards.render_task_header(task, user=viewer)), _oob(cards.render_recovery_section(task, user=viewer))]
+    if run_ids or new_run_ids:
+        task_runs = cards.task_runs_of(task_id)
+        for rid in sorted(run_ids - new_run_ids):
+            if rid in task_runs:
+                out.append(_oob(cards.render_run_card(task_runs[rid], task_runs, user=viewer)))
+        for rid in sorted(new_run_ids):
+            if rid in task_runs:
+                card = cards.render_run_card(task_runs[rid], task_runs, user=viewer)
+                out.append(f'<ol hx-swap-oob="beforeend:#chain-{task_id}"><li>{card}</li></ol>')
+    return "".join(out)
+
+
+def run_update(run_id: int, *, viewer) -> str:
+    return run_snapshot(viewer, run_id)
+
+
+def render_page_for(user, page: str, obj_id: int | None, filters: dict) -> str:
+    if page == "board":
+        return board_snapshot(user, state=filters.get("state", "all"), q=filters.get("q", ""))
+    if page == "task":
+        return task_snapshot(user, obj_id)
+    return run_snapshot(user, obj_id)
+
+
+def changed_since(page: str, *, org_id: int, task_id: int | None, after: int) -> bool:
+    qs = Event.objects.filter(id__gt=after)
+    qs = qs.filter(org_id=org_id) if page == "board" else qs.filter(task_id=task_id)
+    return qs.exists()

@@ -1,0 +1,199 @@
+"""The event relay: one per web process.
+
+It tails the Event table in id order and hands each batch to the consumers of
+this process that watch the affected organization, task or run. PostgreSQL's
+LISTEN/NOTIFY only wakes it early; correctness comes from the tail itself (a
+short poll always runs), so a lost notification delays an update, never loses
+it. Ids that commit out of order (a gap that fills later) are re-read for a
+while, so no committed change is missed.
+"""
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import connection
+
+from console import live
+from tasks.models import Event
+
+log = logging.getLogger("console.relay")
+
+NOTIFY_CHANNEL = "console_events"
+GAP_SECONDS = 30.0  # how long a missing id may still commit (a long transaction)
+BATCH = 500
+
+
+def poll_interval() -> float:
+    default = 2.0 if connection.vendor == "postgresql" else 0.3
+    return float(getattr(settings, "CONSOLE_RELAY_POLL_SECONDS", default))
+
+
+def listen_params() -> dict:
+    sd = connection.settings_dict
+    params = {
+        "dbname": sd["NAME"],
+        "user": sd.get("USER") or None,
+        "password": sd.get("PASSWORD") or None,
+        "host": sd.get("HOST") or None,
+        "port": sd.get("PORT") or None,
+    }
+    return {k: v for k, v in params.items() if v}
+
+
+class Relay:
+    def __init__(self):
+        self.subscribers: dict[tuple, set] = defaultdict(set)
+        self.last_id: int | None = None
+        self.gaps: dict[int, float] = {}
+        self.task: asyncio.Task | None = None
+        self.listener: asyncio.Task | None = None
+        self.wake = asyncio.Event()
+        self.loop = None
+
+    # --- subscriptions -----------------------------------------------------------
+
+    async def subscribe(self, consumer) -> None:
+        await self.ensure_started()
+        for topic in consumer.topics():
+            self.subscribers[topic].add(consumer)
+
+    def unsubscribe(self, consumer) -> None:
+        for topic in list(self.subscribers):
+            self.subscribers[topic].discard(consumer)
+            if not self.subscribers[topic]:
+                del self.subscribers[topic]
+
+    # --- the loop ------------------------------------------------------------------
+
+    async def ensure_started(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.task is not None and not self.task.done() and self.loop is loop:
+            return
+        self.loop = loop
+        self.wake = asyncio.Event()
+        self.last_id = await database_sync_to_async(live.last_event_id)()
+        self.task = loop.create_task(self._run(), name="console-event-relay")
+        if connection.vendor == "postgresql":
+            self.listener = loop.create_task(self._listen(), name="console-event-listen")
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=poll_interval())
+            except TimeoutError:
+                pass
+            self.wake.clear()
+            if not self.subscribers:
+                continue
+            try:
+                await self.drain()
+            except Exception:  # a failed pass is retried on the next wake; never kill the relay
+                log.exception("relay pass failed")
+                await asyncio.sleep(1)
+
+    async def _listen(self) -> None:
+        """LISTEN on a dedicated connection; any notification wakes the tail."""
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**listen_params(), autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        self.wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("relay LISTEN connection lost; polling until it is back", exc_info=True)
+                await asyncio.sleep(2)
+
+    def _fetch(self) -> list[Event]:
+        events = []
+        while True:
+            batch = list(Event.objects.filter(id__gt=self.last_id).order_by("id")[:BATCH])
+            events += batch
+            if batch:
+                self._note_gaps(batch)
+                self.last_id = batch[-1].pk
+            if len(batch) < BATCH:
+                break
+        if self.gaps:
+            now = time.monotonic()
+            late = list(Event.objects.filter(id__in=list(self.gaps)).order_by("id"))
+            for e in late:
+                self.gaps.pop(e.pk, None)
+            self.gaps = {i: t for i, t in self.gaps.items() if now - t < GAP_SECONDS}
+            events = sorted(events + late, key=lambda e: e.pk)
+        return events
+
+    def _note_gaps(self, batch: list[Event]) -> None:
+        expected = self.last_id + 1
+        now = time.monotonic()
+        for e in batch:
+            for missing in range(expected, e.pk):
+                self.gaps.setdefault(missing, now)
+            expected = e.pk + 1
+
+    async def drain(self) -> None:
+        events = await database_sync_to_async(self._fetch)()
+        if events:
+            await self.dispatch(events)
+
+    # --- dispatch --------------------------------------------------------------------
+
+    async def dispatch(self, events: list[Event]) -> None:
+        """Render each affected page part once per role (or per user for private tasks) and push it."""
+        cursor = max(e.pk for e in events)
+        by_task: dict[int, list[Event]] = defaultdict(list)
+        by_org: dict[int, set[int]] = defaultdict(set)
+        created: set[int] = set()
+        for e in events:
+            if e.task_id:
+                by_task[e.task_id].append(e)
+                by_org[e.org_id].add(e.task_id)
+                if e.kind == "task_created":
+                    created.add(e.task_id)
+
+        # Boards: one render of each changed row, filtered per socket by visibility.
+        for org_id, task_ids in by_org.items():
+            boards = list(self.subscribers.get(("org", org_id), ()))
+            if not boards:
+                continue
+            rows = await database_sync_to_async(live.board_rows)(task_ids, viewer=boards[0].user)
+            for consumer in boards:
+                parts = []
+                for tid, row in rows.items():
+                    if not live.board_row_visible(row, consumer.user, consumer.role):
+                        continue
+                    parts.append(live.new_board_row(row) if tid in created and consumer.lists_new else row.html)
+                if parts:
+                    await consumer.push("".join(parts), cursor)
+
+        # Task and run pages: one render per (page, role, private viewer).
+        for task_id, task_events in by_task.items():
+            run_ids = {e.run_id for e in task_events if e.run_id}
+            run_ids |= {e.payload.get("continues") for e in task_events if e.payload.get("continues")}
+            new_runs = {e.run_id for e in task_events if e.kind == "run_queued" and e.run_id}
+            renders: dict[tuple, str] = {}
+            for consumer in list(self.subscribers.get(("task", task_id), ())):
+                if consumer.page == "run" and consumer.obj_id not in run_ids:
+                    continue
+                key = consumer.render_key()
+                if key not in renders:
+                    if consumer.page == "task":
+                        renders[key] = await database_sync_to_async(live.task_update)(
+                            task_id, viewer=consumer.user, run_ids=run_ids, new_run_ids=new_runs
+                        )
+                    else:
+                        renders[key] = await database_sync_to_async(live.run_update)(
+                            consumer.obj_id, viewer=consumer.user
+                        )
+                if renders[key]:
+                    await consumer.push(renders[key], cursor)
+
+
+relay = Relay()

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from console.consumers import BoardConsumer, RunConsumer, TaskConsumer
+
+websocket_urlpatterns = [
+    path("ws/board/", BoardConsumer.as_asgi()),
+    path("ws/tasks/<int:obj_id>/", TaskConsumer.as_asgi()),
+    path("ws/runs/<int:obj_id>/", RunConsumer.as_asgi()),
+]
