@@ -159,11 +159,14 @@ def task_runs_of(task_id: int) -> dict[int, Run]:
     return {r.pk: r for r in runs}
 
 
-def render_recovery_section(task: Task, *, user, request=None) -> str:
+def render_recovery_section(task: Task, *, user, request=None, message: str = "") -> str:
     live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
     settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
     ctx = {
         "task": task,
+        "messages": task.message_list,
+        "message": message,
+        "can_operate": can_operate(user, task.org_id),
         "live_cards": [render_action_card(a, user=user, request=request) for a in live],
         "settled_cards": [render_action_card(a, user=user, request=request) for a in settled],
     }

@@ -12,6 +12,7 @@ from console import cards, phrases
 from console.live import last_event_id
 from console.permissions import can_admin, can_operate
 from recovery import actions as recovery_actions
+from recovery import followups
 from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
 from recovery.selectors import action_detail, task_count, task_detail, task_page
@@ -263,6 +264,24 @@ def run_stop(request, run_id: int):
     if refusal is None:
         services.run_request_stop(actor=request.user, run=run)
     return _header_response(request, run.task_id, error=refusal)
+
+
+@login_required
+@require_POST
+def task_message(request, task_id: int):
+    task = _task_or_404(request, task_id)
+    error = None
+    try:
+        followups.message_save(user=request.user, task=task, body=request.POST.get("body", ""))
+    except ServiceError as exc:
+        error = exc
+    if not request.htmx:
+        return redirect(f"/tasks/{task_id}/")
+    task = _task_or_404(request, task_id)
+    html = cards.render_recovery_section(
+        task, user=request.user, request=request, message=error.detail if error else ""
+    )
+    return HttpResponse(html, status=error.status_code if error else 200)
 
 
 # --- settings ----------------------------------------------------------------------

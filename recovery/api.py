@@ -5,10 +5,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, selectors
+from recovery import actions, followups, selectors
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
-from tasks.api import BaseAPIView, idempotent, int_param, page_limit, paginate
+from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Role
@@ -243,3 +243,21 @@ class TaskPauseView(OperatorView):
 
 class TaskResumeView(TaskPauseView):
     pause = False
+
+
+class TaskMessagesView(OperatorView):
+    class MessageInputSerializer(serializers.Serializer):
+        body = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+    @extend_schema(request=MessageInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request, task_id: int):
+        task = get_task(request.user, task_id)
+        require_role(request.user, task.org_id, Role.OPERATOR)
+        data = self.MessageInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])
+            return Response(message_data(message), status=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)

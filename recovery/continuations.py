@@ -10,11 +10,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery import classify as c
-from recovery.selectors import diagnose
+from recovery.selectors import diagnose, run_facts
 from tasks.errors import NotEligible
 from tasks.events import event_append
-from tasks.models import Run, Step
+from tasks.models import Message, MessageStatus, Run, Step
 from tasks.services import run_enqueue
+
+
+def classify_as_stopped(run: Run, steps: list[Step]):
+    from dataclasses import replace
+
+    return c.classify(replace(run_facts(run, steps), status="stopped"))
 
 
 @transaction.atomic
@@ -25,24 +31,30 @@ def continuation_create(
     reason: str,
     performed: dict[int, dict] | None = None,
     rerun: set[int] | frozenset[int] = frozenset(),
-    messages: list | None = None,
+    allow_final: bool = False,
 ) -> Run:
     """Queue the continuation of `source`.
 
     `performed` maps a step of unknown outcome to the outcome a person recorded
     for it (it is carried as a saved result); `rerun` names steps of unknown
     outcome, or failed steps, that a person explicitly chose to run again.
-    Refused (`NotEligible`) for a corrupt checkpoint, a run whose recovery is
-    disabled, or an unknown outcome nobody decided.
+    Every follow-up message waiting on the task is admitted into this run, in
+    order, in the same transaction. `allow_final` also continues a failed run
+    (a follow-up after a failure). Refused (`NotEligible`) for a corrupt
+    checkpoint, a run whose recovery is disabled, or an unknown outcome nobody
+    decided.
     """
     performed = performed or {}
     source = Run.objects.select_related("task", "agent").get(pk=source.pk)
-    if source.status not in ("interrupted", "stopped"):
+    continuable = ("interrupted", "stopped", "failed") if allow_final else ("interrupted", "stopped")
+    if source.status not in continuable:
         raise NotEligible(f"Run #{source.pk} is {source.status}; only an interrupted or stopped run is continued.")
     if source.recovery_disabled:
         raise NotEligible(f"Recovery is disabled for run #{source.pk}: {source.recovery_disabled}")
     steps = list(Step.objects.filter(run=source).order_by("seq"))
     diagnosis = diagnose(source, steps)
+    if source.status == "failed":  # classify only speaks of interrupted/stopped runs
+        diagnosis = classify_as_stopped(source, steps)
     if diagnosis.disposition == c.CORRUPT:
         raise NotEligible(
             f"Run #{source.pk} has a contradictory checkpoint; nothing of it is replayed.",
@@ -128,6 +140,23 @@ def continuation_create(
                 )
                 for s in nested
             ]
+        )
+    waiting = list(
+        Message.objects.filter(task_id=run.task_id, status=MessageStatus.WAITING)
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)
+    )
+    if waiting:
+        Message.objects.filter(pk__in=waiting, status=MessageStatus.WAITING).update(
+            status=MessageStatus.ADMITTED, run=run, waiting_reason=""
+        )
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="messages_admitted",
+            actor=actor,
+            payload={"messages": waiting},
         )
     event_append(
         org_id=run.org_id,

@@ -14,6 +14,7 @@ from django.db.models import Q
 from recovery import classify as c
 from recovery.actions import action_open, actions_settle, admission_facts
 from recovery.continuations import continuation_create
+from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import diagnose
@@ -31,9 +32,17 @@ class PassReport:
     continued: list[int] = field(default_factory=list)
     opened: list[int] = field(default_factory=list)
     settled: dict = field(default_factory=dict)
+    admitted: list[int] = field(default_factory=list)
 
     def __bool__(self):
-        return bool(self.interrupted or self.stopped or self.continued or self.opened or any(self.settled.values()))
+        return bool(
+            self.interrupted
+            or self.stopped
+            or self.continued
+            or self.opened
+            or self.admitted
+            or any(self.settled.values())
+        )
 
 
 def runs_awaiting_recovery():
@@ -141,6 +150,7 @@ def supervise_once() -> PassReport:
         if outcome is not None:
             (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
     report.settled = actions_settle()
+    report.admitted = messages_admit()
     if report:
         log.info("supervisor pass: %s", report)
     return report

@@ -1,0 +1,113 @@
+"""Saved follow-up messages: written any time, delivered exactly once.
+
+A message waits while the old execution is not verifiably stopped or a hold
+applies, and says why. Once the stop is verified and the gates are clear,
+exactly one continuation is admitted carrying every waiting message in order
+(continuation_create takes them in its own transaction; the one-live-run index
+and the one-continuation-per-run key make a second admission impossible).
+"""
+
+from django.db import IntegrityError, transaction
+
+from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction
+from tasks.errors import Forbidden, Invalid, NotEligible
+from tasks.events import event_append
+from tasks.holds import task_hold
+from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task
+from tasks.selectors import membership_in
+from tasks.services import task_facts
+
+MAX_BODY = 20_000
+
+
+def waiting_reason(task: Task) -> str:
+    """Why a message on `task` cannot be admitted now ("" when it can)."""
+    hold = task_hold(task_facts(task))
+    if hold is not None:
+        return f"Waiting: {hold.detail}"
+    latest = Run.objects.filter(task=task).order_by("-id").first()
+    if latest is not None and latest.status in LIVE_RUN_STATUSES:
+        if latest.status == "stopping":
+            return f"Waiting for run #{latest.pk} to confirm it stopped."
+        if latest.status == "queued":
+            return f"Waiting for run #{latest.pk} to start; it will carry this message."
+        return f"Waiting for run #{latest.pk} to finish or be stopped."
+    live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).first()
+    if live is not None:
+        return f"Waiting on recovery action #{live.pk} ({live.cause.replace('_', ' ')})."
+    return ""
+
+
+@transaction.atomic
+def message_save(*, user, task: Task, body: str) -> Message:
+    """Save a person's follow-up on a task. Operators only; it is admitted by the supervisor."""
+    m = membership_in(user, task.org_id)
+    if m is None or not m.allows(Role.OPERATOR):
+        raise Forbidden("Writing a follow-up needs the operator role.", required_role=Role.OPERATOR)
+    body = (body or "").strip()
+    if not body:
+        raise Invalid("A follow-up needs a body.", field="body")
+    if len(body) > MAX_BODY:
+        raise Invalid(f"A follow-up holds at most {MAX_BODY} characters.", field="body")
+    message = Message.objects.create(
+        org_id=task.org_id,
+        task=task,
+        author=user,
+        body=body,
+        waiting_reason=waiting_reason(task) or "Waiting for admission.",
+    )
+    event_append(
+        org_id=task.org_id,
+        task_id=task.pk,
+        kind="message_saved",
+        actor=user,
+        payload={"message": message.pk, "waiting_reason": message.waiting_reason},
+    )
+    return message
+
+
+def messages_admit() -> list[int]:
+    """Supervisor duty: admit one continuation for each task whose messages may now go.
+
+    Returns the continuation runs created. A task whose latest run is live, held
+    or waiting on an action keeps its messages waiting, with the reason saved.
+    """
+    from recovery.continuations import continuation_create
+
+    created = []
+    task_ids = (
+        Message.objects.filter(status=MessageStatus.WAITING).values_list("task_id", flat=True).distinct().order_by()
+    )
+    for task in Task.objects.filter(pk__in=list(task_ids)).select_related("agent"):
+        reason = waiting_reason(task)
+        if not reason:
+            source = Run.objects.filter(task=task).order_by("-id").first()
+            try:
+                with transaction.atomic():
+                    run = continuation_create(
+                        source=source,
+                        actor="supervisor",
+                        reason="follow-up",
+                        rerun=_failed_seqs(source),
+                        allow_final=True,
+                    )
+                created.append(run.pk)
+                continue
+            except (NotEligible, IntegrityError) as exc:
+                reason = f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
+        changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
+        if changed.update(waiting_reason=reason):
+            event_append(
+                org_id=task.org_id,
+                task_id=task.pk,
+                kind="message_waiting",
+                actor="supervisor",
+                payload={"waiting_reason": reason},
+            )
+    return created
+
+
+def _failed_seqs(run: Run | None) -> set[int]:
+    if run is None:
+        return set()
+    return set(run.steps.filter(phase="failed", parent_seq__isnull=True).values_list("seq", flat=True))
