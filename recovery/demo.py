@@ -12,31 +12,24 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 
+from recovery.actions import action_retry
+from recovery.followups import message_save
+from recovery.models import RecoveryAction
 from recovery.supervisor import supervise_once
 from tasks.accounts import agent_add, member_add, org_create, token_issue
 from tasks.models import Organization, Run, Task
-from tasks.services import run_request_stop, task_create
+from tasks.services import run_request_stop, task_create, task_pause
 
 log = logging.getLogger("recovery.demo")
 ROOT = Path(settings.BASE_DIR)
 DEMO_LEASE_SECONDS = 3
-
-
-@dataclass
-class Scenario:
-    title: str
-    agent: str
-    steps: list
-    fault: str = ""
-    then: Callable | None = None  # called with the run after its worker exited
 
 
 def _plan(*steps) -> dict:
@@ -130,47 +123,6 @@ def _settle(run: Run, timeout: float = 30) -> Run:
     return run
 
 
-def scenarios() -> list[Scenario]:
-    return [
-        Scenario(
-            "Write the release notes",
-            "builder",
-            [
-                ("file_write", {"path": "notes.md", "content": "# Release 1.4\n"}),
-                ("bash", {"command": "echo '- faster sync' >> notes.md"}),
-                ("file_read", {"path": "notes.md"}),
-            ],
-        ),
-        Scenario(
-            "Summarise the incident log",
-            "scout",
-            [
-                ("file_write", {"path": "log.txt", "content": "12:00 sync stalled\n"}),
-                ("file_read", {"path": "log.txt"}),
-                ("sleep", {"seconds": 1}),
-                ("file_read", {"path": "log.txt"}),
-            ],
-            fault="crash_after_dispatch:3",
-        ),
-        Scenario(
-            "Publish the pricing page",
-            "builder",
-            [
-                ("list_files", {}),
-                ("file_write", {"path": "pricing.html", "content": "<h1>Pricing</h1>\n"}),
-                ("bash", {"command": "wc -c pricing.html"}),
-            ],
-            fault="crash_after_dispatch:2",
-        ),
-        Scenario(
-            "Refactor the importer",
-            "builder",
-            [("sleep", {"seconds": 1}), ("sleep", {"seconds": 30}), ("file_write", {"path": "x", "content": "x"})],
-            then="stop",
-        ),
-    ]
-
-
 def seed(*, stdout=None, credentials: Path | None = None) -> dict:
     """Create the demo organization, people and agents; run the scenarios if it has no tasks yet."""
     org, _ = org_create(slug="demo", name="Demo Org")
@@ -181,6 +133,7 @@ def seed(*, stdout=None, credentials: Path | None = None) -> dict:
         passwords[username] = (role, password)
     agent_add(org=org, name="builder", auto_resume=True)
     agent_add(org=org, name="scout", auto_resume=True)
+    agent_add(org=org, name="auditor", auto_resume=False)
     lines = [f"{name:9} {password}   ({role})" for name, (role, password) in passwords.items()]
     if credentials:
         credentials.parent.mkdir(parents=True, exist_ok=True)
@@ -194,28 +147,108 @@ def seed(*, stdout=None, credentials: Path | None = None) -> dict:
 
 
 def run_scenarios(org: Organization, *, stdout=None) -> None:
+    """Each task reaches its state the way production gets there; nothing is written by hand."""
     token = token_issue(worker="demo-worker", org=org)
+    operator = get_user_model().objects.get(username="operator")
+
+    def say(task: Task, what: str) -> None:
+        if stdout:
+            stdout.write(f"  task #{task.pk} {task.title!r}: {what}")
+
     with EmbeddedServer() as server:
-        for sc in scenarios():
-            task = task_create(org=org, actor="demo", title=sc.title, agent=sc.agent, input=_plan(*sc.steps))
-            run = task.runs.get()
-            if sc.then == "stop":
-                proc = server.worker(token, background=True)
-                for _ in range(100):
-                    run.refresh_from_db()
-                    if run.steps.filter(seq=2, phase="dispatched").exists():
-                        break
-                    time.sleep(0.2)
-                run_request_stop(actor="operator", run=run)
-                server.check(proc)
-            else:
-                server.worker(token, fault=sc.fault)
-            run = _settle(run, timeout=DEMO_LEASE_SECONDS * 10)
-            if stdout:
-                stdout.write(f"  task #{task.pk} {sc.title!r}: run #{run.pk} {run.status}")
-        # A last pass lets the supervisor act on everything the scenarios left.
+
+        def make(title: str, agent: str, *steps) -> Task:
+            return task_create(org=org, actor="demo", title=title, agent=agent, input=_plan(*steps))
+
+        def work(fault: str = "") -> None:
+            server.worker(token, fault=fault)
+
+        def settle(task: Task) -> Run:
+            run = _settle(task.runs.order_by("-id").first(), timeout=DEMO_LEASE_SECONDS * 10)
+            supervise_once()
+            return run
+
+        task = make(
+            "Write the release notes",
+            "builder",
+            ("file_write", {"path": "notes.md", "content": "# Release 1.4\n"}),
+            ("bash", {"command": "echo '- faster sync' >> notes.md"}),
+            ("file_read", {"path": "notes.md"}),
+        )
+        work()
+        say(task, "done in one run")
+
+        task = make(
+            "Summarise the incident log",
+            "scout",
+            ("file_write", {"path": "log.txt", "content": "12:00 sync stalled\n"}),
+            ("file_read", {"path": "log.txt"}),
+            ("sleep", {"seconds": 1}),
+            ("file_read", {"path": "log.txt"}),
+        )
+        work("crash_after_dispatch:3@1")  # the worker dies while step 3 (safe to replay) runs
+        settle(task)  # the supervisor continues it by itself, reusing steps 1-2
+        work()
+        say(task, "worker killed mid-step, resumed automatically, done")
+
+        task = make(
+            "Publish the pricing page",
+            "builder",
+            ("list_files", {}),
+            ("file_write", {"path": "pricing.html", "content": "<h1>Pricing</h1>\n"}),
+            ("bash", {"command": "wc -c pricing.html"}),
+        )
+        work("crash_after_dispatch:2@1")  # dies after dispatching a file write: outcome unknown
+        settle(task)
+        say(task, "unknown outcome of a file_write: needs a decision")
+
+        task = make(
+            "Migrate the billing webhooks",
+            "builder",
+            ("list_files", {}),
+            ("sleep", {"seconds": 1}),
+            ("file_write", {"path": "webhooks.json", "content": "{}"}),
+        )
+        work("crash_after_dispatch:2@1")
+        settle(task)  # resumed once automatically...
+        work("crash_after_dispatch:2@2")  # ...and the same step is interrupted again
+        settle(task)
+        say(task, "interrupted twice on the same step: exhausted, an admin decides")
+
+        task = make(
+            "Refactor the importer",
+            "builder",
+            ("sleep", {"seconds": 1}),
+            ("sleep", {"seconds": 30}),
+            ("file_write", {"path": "importer.py", "content": "# v2\n"}),
+        )
+        run = task.runs.get()
+        proc = server.worker(token, background=True)
+        for _ in range(150):
+            if run.steps.filter(seq=2, phase="dispatched").exists():
+                break
+            time.sleep(0.2)
+        run_request_stop(actor=operator, run=run)
+        server.check(proc)
+        task_pause(actor=operator, task=task)
+        message_save(user=operator, task=task, body="Keep the old CSV parser; only the JSON path changes.")
         supervise_once()
-    task_create(
+        say(task, "stopped by a person, paused, a follow-up waits")
+
+        task = make(
+            "Sync the CRM export",
+            "auditor",
+            ("file_write", {"path": "export.csv", "content": "id,name\n"}),
+            ("sleep", {"seconds": 1}),
+            ("file_read", {"path": "export.csv"}),
+        )
+        work("crash_after_dispatch:2@1")
+        settle(task)  # the auditor does not resume by itself: an action opens
+        action = RecoveryAction.objects.get(task=task, status="open")
+        action_retry(action_id=action.pk, user=operator, version=action.version)
+        say(task, "auto-resume off: an operator asked for a retry; the live worker picks it up")
+
+    task = task_create(
         org=org,
         actor="demo",
         title="Nightly dependency audit",
@@ -226,3 +259,4 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
             ("file_read", {"path": "audit.txt"}),
         ),
     )
+    say(task, "queued for the worker")
