@@ -11,7 +11,7 @@ from recovery.actions import current_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.presenters import task_state
 from recovery.selectors import diagnose, task_detail
-from tasks.models import Run, Step, Task
+from tasks.models import LIVE_RUN_STATUSES, Run, Step, Task
 
 FINAL_FOR_DIAGNOSIS = ("interrupted", "stopped")
 
@@ -111,7 +111,14 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         else:
             label, note = s.phase, ""
         rows.append({"step": s, "label": label, "note": note})
-    continued_by = next((r for r in task_runs.values() if r.continues_id == run.pk), None)
+    continued_by = next(
+        (
+            r
+            for r in task_runs.values()
+            if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at is not None)
+        ),
+        None,
+    )
     return {
         "run": run,
         "rows": rows,

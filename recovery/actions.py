@@ -318,7 +318,14 @@ def _stale_reason(action: RecoveryAction) -> str | None:
         return f"task closed ({action.task.status})"
     if action.status == ActionStatus.RETRYING:
         return None  # its own continuation is the newer run; settling handles it
-    newer = Run.objects.filter(task_id=action.task_id, pk__gt=action.run_id).values_list("pk", flat=True).first()
+    # Its own continuations (even refused ones) do not supersede it.
+    own = RecoveryAttempt.objects.filter(action=action, continuation_run__isnull=False).values("continuation_run")
+    newer = (
+        Run.objects.filter(task_id=action.task_id, pk__gt=action.run_id)
+        .exclude(pk__in=own)
+        .values_list("pk", flat=True)
+        .first()
+    )
     if newer is not None:
         return f"run #{newer} superseded run #{action.run_id}"
     return None
@@ -374,11 +381,22 @@ def actions_settle(*, now=None) -> dict:
             run = attempt.continuation_run if attempt else None
             if run is None:
                 continue
-            if run.status != RunStatus.QUEUED:
+            if run.started_at is not None:
                 RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=AttemptOutcome.CONTINUED)
                 _bump(action, status=ActionStatus.RESOLVED, resolution="continued", closed_at=now)
                 _event(action, "action_resolved", "supervisor", resolution="continued", continuation_run=run.pk)
                 report["resolved"].append(action.pk)
+                continue
+            if run.status != RunStatus.QUEUED:
+                # Ended without ever starting (stopped or cancelled while queued): nothing
+                # resumed, so the attempt was not admitted and the action is open again.
+                detail = f"run #{run.pk} was {run.status} before any worker started it"
+                RecoveryAttempt.objects.filter(pk=attempt.pk).update(
+                    outcome=AttemptOutcome.REJECTED, rejected_detail=detail
+                )
+                _bump(action, status=ActionStatus.OPEN, gate="", gate_detail=detail[:300])
+                _event(action, "action_admission_refused", "supervisor", detail=detail)
+                report["reopened"].append(action.pk)
                 continue
             from tasks.holds import task_hold
 

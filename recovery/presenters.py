@@ -1,7 +1,7 @@
 """JSON shapes of the operator API (API.md). Shared by the API and the pages' data attributes."""
 
 from tasks.api import iso, message_data, step_data
-from tasks.models import Run, Task
+from tasks.models import Run, Task, effective_continuation
 
 
 def task_state(task: Task, current_run: Run | None, actions: list) -> str:
@@ -136,7 +136,7 @@ def run_data(run: Run) -> dict:
     steps = getattr(run, "step_list", None)
     if steps is None:
         steps = list(run.steps.order_by("seq"))
-    continued_by = getattr(run, "continued_by", None) if hasattr(run, "continued_by") else None
+    continued_by = run.continuations.filter(effective_continuation()).order_by("-id").first()
     return {
         "id": run.pk,
         "task": run.task_id,

@@ -148,7 +148,7 @@ def task_detail(user, task_id: int) -> Task:
 def run_detail(user, run_id: int) -> Run:
     run = (
         visible_runs(user)
-        .select_related("task", "agent", "continued_by")
+        .select_related("task", "agent")
         .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
         .filter(pk=run_id)
         .first()

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from recovery import classify as c
 from recovery.actions import action_open, actions_settle, admission_facts
@@ -19,7 +19,7 @@ from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import diagnose
 from tasks.errors import NotEligible
-from tasks.models import Run, RunStatus
+from tasks.models import Run, RunStatus, effective_continuation
 from tasks.services import leases_expire
 
 log = logging.getLogger("recovery.supervisor")
@@ -51,7 +51,8 @@ def runs_awaiting_recovery():
         Run.objects.filter(
             Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
         )
-        .filter(continued_by__isnull=True, actions__isnull=True)
+        .exclude(Exists(Run.objects.filter(effective_continuation(), continues=OuterRef("pk"))))
+        .filter(actions__isnull=True)
         .exclude(task__status__in=("done", "cancelled"))
         .select_related("task__agent__profile", "agent")
         .order_by("id")
@@ -81,7 +82,8 @@ def recover_run(run: Run) -> tuple[str, int] | None:
     """
     with transaction.atomic():
         run = Run.objects.select_for_update(of=("self",)).select_related("task__agent__profile", "agent").get(pk=run.pk)
-        if Run.objects.filter(continues=run).exists() or RecoveryAction.objects.filter(run=run).exists():
+        continued = Run.objects.filter(effective_continuation(), continues=run).exists()
+        if continued or RecoveryAction.objects.filter(run=run).exists():
             return None
         diagnosis = diagnose(run)
         profile = getattr(run.task.agent, "profile", None)

@@ -168,6 +168,13 @@ class RunStatus(models.TextChoices):
 
 LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.STOPPING)
 LEASED_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.STOPPING)
+
+
+def effective_continuation() -> Q:
+    """A continuation that counts: still live, or actually started."""
+    return Q(status__in=LIVE_RUN_STATUSES) | Q(started_at__isnull=False)
+
+
 FINAL_RUN_STATUSES = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -181,9 +188,7 @@ class Run(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="runs")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
-    continues = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="continued_by"
-    )
+    continues = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="continuations")
     attempt = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     error_code = models.CharField(max_length=64, blank=True)
@@ -228,6 +233,14 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=~Q(status=RunStatus.QUEUED) | Q(lease_expires_at__isnull=True),
                 name="run_queued_has_no_lease",
+            ),
+            # A run is continued at most once. A continuation that never started
+            # (cancelled, or stopped while still queued) does not count, so a
+            # refused admission can be followed by another attempt.
+            models.UniqueConstraint(
+                fields=["continues"],
+                condition=Q(continues__isnull=False) & (Q(status__in=LIVE_RUN_STATUSES) | Q(started_at__isnull=False)),
+                name="run_continued_once",
             ),
         ]
 

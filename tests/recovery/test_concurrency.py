@@ -1,0 +1,86 @@
+"""Two people acting on one card at the same moment admit exactly one attempt (PostgreSQL row locks)."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection, connections
+
+from recovery.models import RecoveryAttempt
+from tasks.models import Run
+from tests.conftest import token_client
+from tests.factories import make_member, user_token
+from tests.recovery import engine as e
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only():
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer at a time: racing writers need PostgreSQL's row locks")
+
+
+def race(requests):
+    """Send every request at the same moment, each from its own thread and client; return the responses."""
+    start = threading.Barrier(len(requests))
+
+    def send(request):
+        start.wait()
+        try:
+            return request()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(send, requests))
+
+
+def assert_one_admission(action, responses) -> None:
+    assert RecoveryAttempt.objects.filter(action=action).count() == 1
+    assert Run.objects.filter(continues_id=action.run_id).count() == 1
+    attempt = RecoveryAttempt.objects.get(action=action)
+    for r in responses:
+        if r.status_code == 409:
+            assert r.json()["code"] == "stale_version", r.json()
+        else:
+            assert r.status_code in (200, 202), r.content
+            body = r.json()
+            number = body.get("number") or body["attempt_history"][0]["number"]
+            assert number == attempt.number  # the winner's attempt, never a second one
+    assert sum(r.status_code in (200, 202) for r in responses) == 1
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_two_operators_retrying_one_action_at_once_admit_one_attempt(org, agent, operator, round_):
+    action = e.parked(org, [e.SAFE, e.WRITE], 2)
+    clients = [token_client(user_token(operator)), token_client(user_token(make_member(org, "otto", "operator")))]
+    body = {"version": action.version, "accept_duplicate_risk": True}
+    url = f"/api/actions/{action.pk}/retry/"
+
+    responses = race([lambda c=c: c.post(url, body, format="json") for c in clients])
+
+    assert sorted(r.status_code for r in responses) == [202, 409], [r.content for r in responses]
+    assert_one_admission(action, responses)
+
+
+def test_a_retry_and_a_decision_at_once_admit_one_attempt(org, agent, operator):
+    action = e.parked(org, [e.SAFE, e.WRITE], 2)
+    olive = token_client(user_token(operator))
+    otto = token_client(user_token(make_member(org, "otto", "operator")))
+    v = action.version
+
+    responses = race(
+        [
+            lambda: olive.post(
+                f"/api/actions/{action.pk}/retry/", {"version": v, "accept_duplicate_risk": True}, format="json"
+            ),
+            lambda: otto.post(
+                f"/api/actions/{action.pk}/decision/",
+                {"version": v, "outcome": "performed", "note": "it is on disk"},
+                format="json",
+            ),
+        ]
+    )
+
+    assert_one_admission(action, responses)
