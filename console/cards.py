@@ -40,8 +40,11 @@ def action_progress(action: RecoveryAction) -> Progress | None:
     return Progress("finished", latest, run)
 
 
-def action_context(action: RecoveryAction, user, *, message: str = "", message_code: str = "") -> dict:
-    gate = current_gate(action) if action.status in (ActionStatus.OPEN, ActionStatus.EXHAUSTED) else None
+def action_context(
+    action: RecoveryAction, user, *, message: str = "", message_code: str = "", task_runs: dict | None = None
+) -> dict:
+    live_gate = action.status in (ActionStatus.OPEN, ActionStatus.EXHAUSTED)
+    gate = current_gate(action, task_runs=task_runs) if live_gate else None
     evidence = action.evidence or {}
     operate = can_operate(user, action.org_id)
     return {
@@ -64,8 +67,10 @@ def action_context(action: RecoveryAction, user, *, message: str = "", message_c
     }
 
 
-def render_action_card(action: RecoveryAction, *, user, request=None, message: str = "", message_code: str = "") -> str:
-    ctx = action_context(action, user, message=message, message_code=message_code)
+def render_action_card(
+    action: RecoveryAction, *, user, request=None, message: str = "", message_code: str = "", task_runs=None
+) -> str:
+    ctx = action_context(action, user, message=message, message_code=message_code, task_runs=task_runs)
     return render_to_string("console/cards/action.html#card", ctx, request=request)
 
 
@@ -166,7 +171,7 @@ def task_runs_of(task_id: int) -> dict[int, Run]:
     return {r.pk: r for r in runs}
 
 
-def render_recovery_section(task: Task, *, user, request=None, message: str = "") -> str:
+def render_recovery_section(task: Task, *, user, request=None, message: str = "", task_runs=None) -> str:
     live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
     settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
     ctx = {
@@ -174,8 +179,8 @@ def render_recovery_section(task: Task, *, user, request=None, message: str = ""
         "messages": task.message_list,
         "message": message,
         "can_operate": can_operate(user, task.org_id),
-        "live_cards": [render_action_card(a, user=user, request=request) for a in live],
-        "settled_cards": [render_action_card(a, user=user, request=request) for a in settled],
+        "live_cards": [render_action_card(a, user=user, request=request, task_runs=task_runs) for a in live],
+        "settled_cards": [render_action_card(a, user=user, request=request, task_runs=task_runs) for a in settled],
     }
     return render_to_string("console/cards/sections.html#recovery", ctx, request=request)
 
@@ -195,6 +200,6 @@ def task_page_parts(task_id: int, *, user, request=None) -> dict:
     return {
         "task": task,
         "header_html": render_task_header(task, user=user, request=request),
-        "recovery_html": render_recovery_section(task, user=user, request=request),
+        "recovery_html": render_recovery_section(task, user=user, request=request, task_runs=task_runs),
         "chain_html": render_chain(task, task_runs, user=user, request=request),
     }

@@ -31,6 +31,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
         self.subscribed = False
         self.watchdog = None
+        self.page_cursor = 0  # the newest event the page is known to reflect
         self.user = await get_user(self.scope)
         await self.accept()
         if not self.user.is_authenticated:
@@ -69,7 +70,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return self.page == "board" and self.filters["state"] == "all" and not self.filters["q"]
 
     async def push(self, html: str, cursor: int) -> None:
-        if self.subscribed:
+        # A batch the page already reflects would only redraw cards (and reset a
+        # half-filled form) with the same state: drop it.
+        if self.subscribed and cursor > self.page_cursor:
+            self.page_cursor = cursor
             await self.send(text_data=html + live.cursor_fragment(cursor))
 
     # --- the page's requests ---------------------------------------------------------
@@ -86,18 +90,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
         except (TypeError, ValueError):
             after = 0
         reconnect = bool(message.get("reconnect"))
-        html = await database_sync_to_async(self._resync)(after, reconnect)
+        self.page_cursor = max(self.page_cursor, after)
+        html, cursor = await database_sync_to_async(self._resync)(after, reconnect)
         if html and self.subscribed:
+            self.page_cursor = max(self.page_cursor, cursor)
             await self.send(text_data=html)
 
-    def _resync(self, after: int, reconnect: bool) -> str:
+    def _resync(self, after: int, reconnect: bool) -> tuple[str, int]:
         """Every card of the page from saved state, when the page may be behind (always after a reconnect)."""
         if not reconnect and not live.changed_since(self.page, org_id=self.org_id, task_id=self.task_id, after=after):
-            return ""
+            return "", after
         cursor = live.last_event_id()
         html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters)
         notice = live.notice_fragment() if reconnect else ""
-        return html + notice + live.cursor_fragment(cursor)
+        return html + notice + live.cursor_fragment(cursor), cursor
 
     async def _recheck_access(self) -> None:
         """A removed member, or a task made private, stops receiving within seconds."""

@@ -88,6 +88,10 @@ class Relay:
                 pass
             self.wake.clear()
             if not self.subscribers:
+                # Nobody to tell: skip ahead, so a later subscriber is not sent
+                # what its page already shows.
+                self.last_id = await database_sync_to_async(live.last_event_id)()
+                self.gaps.clear()
                 continue
             try:
                 await self.drain()

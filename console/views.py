@@ -3,8 +3,8 @@
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
-from django.http import Http404, HttpResponse, HttpResponseForbidden
+from django.db.models import Case, Q, When
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -51,7 +51,10 @@ def board(request):
     q = (request.GET.get("q") or "").strip()[:200]
     cursor = request.GET.get("cursor") or None
     last_event = last_event_id()
-    tasks, next_cursor = task_page(request.user, state=state, q=q, cursor=cursor, limit=50, order="attention")
+    try:
+        tasks, next_cursor = task_page(request.user, state=state, q=q, cursor=cursor, limit=50, order="attention")
+    except ServiceError as exc:
+        return HttpResponseBadRequest(exc.detail)
     total = task_count(request.user, state=state, q=q, cap=COUNT_CAP)
     count_text = f"{COUNT_CAP:,}+ tasks" if total > COUNT_CAP else f"{total:,} task{'s' if total != 1 else ''}"
     rows = [cards.task_row_context(t, request.user) for t in tasks]
@@ -87,7 +90,8 @@ def inbox(request):
         RecoveryAction.objects.filter(owners, status__in=(ActionStatus.OPEN, ActionStatus.EXHAUSTED))
         .filter(task__in=visible_tasks(request.user))
         .select_related("task")
-        .order_by("-status", "due_at", "id")[:200]  # "open" < "exhausted": exhausted first
+        .annotate(urgency=Case(When(status=ActionStatus.EXHAUSTED, then=0), default=1))
+        .order_by("urgency", "due_at", "id")[:200]
     )
     items = [
         {"action": a, "cause_text": phrases.cause(a.cause), "owner": phrases.owner(a.recovery_owner) or "operators"}
@@ -105,7 +109,8 @@ def _task_or_404(request, task_id: int):
 
 @login_required
 def task_view(request, task_id: int):
-    _task_or_404(request, task_id)
+    if not visible_tasks(request.user).filter(pk=task_id).exists():
+        raise Http404("No such task.")
     recovery_actions.actions_retire_stale(task_id=task_id)
     cursor = last_event_id()  # before reading state: a later change is then always resent
     parts = cards.task_page_parts(task_id, user=request.user, request=request)
@@ -153,7 +158,7 @@ def _action_or_404(request, action_id: int) -> RecoveryAction:
 
 def _card_response(request, action_id: int, *, error: ServiceError | None = None):
     action = _action_or_404(request, action_id)
-    if not request.htmx:
+    if not request.htmx and error is None:
         return redirect(f"/tasks/{action.task_id}/#action-{action.pk}")
     html = cards.render_action_card(
         action,
@@ -221,7 +226,7 @@ def action_cancel(request, action_id: int):
 
 def _header_response(request, task_id: int, *, error: ServiceError | None = None):
     task = _task_or_404(request, task_id)
-    if not request.htmx:
+    if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
     html = cards.render_task_header(task, user=request.user, request=request, message=error.detail if error else "")
     return HttpResponse(html, status=error.status_code if error else 200)
@@ -275,7 +280,7 @@ def task_message(request, task_id: int):
         followups.message_save(user=request.user, task=task, body=request.POST.get("body", ""))
     except ServiceError as exc:
         error = exc
-    if not request.htmx:
+    if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
     task = _task_or_404(request, task_id)
     html = cards.render_recovery_section(

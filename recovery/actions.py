@@ -37,7 +37,9 @@ def action_due() -> timedelta:
     return timedelta(seconds=getattr(settings, "CONSOLE_ACTION_DUE_SECONDS", 24 * 3600))
 
 
-def admission_facts(*, task: Task, source: Run, action: RecoveryAction | None = None) -> AdmissionFacts:
+def admission_facts(
+    *, task: Task, source: Run, action: RecoveryAction | None = None, chain_length: int | None = None
+) -> AdmissionFacts:
     lease_live = (
         source.status in LEASED_RUN_STATUSES
         and source.lease_expires_at is not None
@@ -51,13 +53,24 @@ def admission_facts(*, task: Task, source: Run, action: RecoveryAction | None = 
         source_run_id=source.pk,
         attempts=action.attempts if action else 0,
         max_attempts=action.max_attempts if action else None,
-        chain_length=len(chain_of(source)),
+        chain_length=chain_length if chain_length is not None else len(chain_of(source)),
     )
 
 
-def current_gate(action: RecoveryAction):
-    """The gate that would refuse an admission for this action right now, or None."""
-    return first_closed_gate(admission_facts(task=action.task, source=action.run, action=action))
+def current_gate(action: RecoveryAction, *, task_runs: dict[int, Run] | None = None):
+    """The gate that would refuse an admission for this action right now, or None.
+
+    With `task_runs` (every run of the task, by id) the chain is measured without queries.
+    """
+    chain_length = None
+    if task_runs is not None and action.run_id in task_runs:
+        chain_length, prev = 0, action.run_id
+        while prev is not None and prev in task_runs and chain_length < 64:
+            chain_length += 1
+            prev = task_runs[prev].continues_id
+    return first_closed_gate(
+        admission_facts(task=action.task, source=action.run, action=action, chain_length=chain_length)
+    )
 
 
 def _event(action: RecoveryAction, kind: str, actor, **payload) -> None:
@@ -314,10 +327,10 @@ def action_cancel(*, action_id: int, user, version) -> RecoveryAction:
 
 
 def _stale_reason(action: RecoveryAction) -> str | None:
+    if action.status == ActionStatus.RETRYING:
+        return None  # its own continuation is the newer run; settling resolves it
     if action.task.status in ("done", "cancelled"):
         return f"task closed ({action.task.status})"
-    if action.status == ActionStatus.RETRYING:
-        return None  # its own continuation is the newer run; settling handles it
     # Its own continuations (even refused ones) do not supersede it.
     own = RecoveryAttempt.objects.filter(action=action, continuation_run__isnull=False).values("continuation_run")
     newer = (

@@ -6,7 +6,7 @@ from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
 
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
-from tasks.errors import NotFound
+from tasks.errors import Invalid, NotFound
 from tasks.models import Message, Run, Step, Task
 from tasks.selectors import visible_runs, visible_tasks
 
@@ -57,7 +57,9 @@ def state_filter(qs, state: str):
 
 def action_prefetch(live_only: bool):
     qs = RecoveryAction.objects.select_related("original_owner", "run").prefetch_related(
-        Prefetch("attempt_history", queryset=RecoveryAttempt.objects.order_by("number")),
+        Prefetch(
+            "attempt_history", queryset=RecoveryAttempt.objects.select_related("continuation_run").order_by("number")
+        ),
         "repairs__requested_by",
     )
     if live_only:
@@ -95,10 +97,9 @@ def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int 
             try:
                 when = datetime.fromisoformat(stamp)
                 last = int(last_id)
-            except ValueError:
-                when = None
-            if when is not None:
-                qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, pk__lt=last))
+            except ValueError as exc:
+                raise Invalid("That page cursor is not valid.", field="cursor") from exc
+            qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, pk__lt=last))
         qs = qs.order_by("-updated_at", "-id")
     else:
         if cursor is not None:
@@ -237,7 +238,10 @@ def action_detail(user, action_id: int) -> RecoveryAction | None:
         RecoveryAction.objects.filter(pk=action_id, task__in=visible_tasks(user))
         .select_related("original_owner", "run", "task__agent")
         .prefetch_related(
-            Prefetch("attempt_history", queryset=RecoveryAttempt.objects.order_by("number")),
+            Prefetch(
+                "attempt_history",
+                queryset=RecoveryAttempt.objects.select_related("continuation_run").order_by("number"),
+            ),
             "repairs__requested_by",
         )
         .first()

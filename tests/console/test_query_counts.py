@@ -1,0 +1,272 @@
+"""Pages do not grow in SQL queries with data: the same bound holds for 10 and for 1,000 of everything.
+
+A few objects are made through the services (so every kind of card is drawn);
+the volume is bulk-created, valid against every constraint of the models.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from recovery.actions import action_decide, actions_settle
+from recovery.models import RecoveryAction, RecoveryAttempt
+from tasks.models import Run, Step, Task
+from tests.console.scenarios import running_task, unknown_outcome_action
+
+pytestmark = pytest.mark.django_db
+
+# Measured on the smallest data set, plus a margin of 2: board 10, task page 23, run page 8
+# (session, user and memberships are 3 of them).
+BOARD_QUERIES = 12
+TASK_PAGE_QUERIES = 25
+RUN_PAGE_QUERIES = 10
+
+
+def write_plan(steps: int) -> dict:
+    return {"steps": [{"tool": "file_write", "args": {"path": f"f{seq}.txt", "content": "x"}} for seq in range(steps)]}
+
+
+def bulk_chain(task: Task, *, runs: int, steps: int) -> list[Run]:
+    """A chain of `runs` interrupted runs of `task`, `steps` steps in all.
+
+    Each run completed its steps but the last, which was dispatched and cut off.
+    Every run but the last was settled by a person's decision (a resolved
+    unknown-outcome action with one attempt continued by the next run); the last
+    run has the open action.
+    """
+    now = timezone.now()
+    per_run = max(1, steps // runs)
+    plan = write_plan(per_run)
+    chain: list[Run] = []
+    prev = None
+    for i in range(runs):
+        run = Run.objects.create(
+            org_id=task.org_id,
+            task=task,
+            agent_id=task.agent_id,
+            continues=prev,
+            attempt=i + 1,
+            status="interrupted",
+            input=plan,
+            error_code="lease_lapsed",
+            error_detail="Worker w1/a stopped renewing its lease.",
+            lease_owner="w1/a",
+            lease_epoch=1,
+            lease_expires_at=now,
+            started_at=now,
+            finished_at=now,
+        )
+        chain.append(run)
+        prev = run
+    Step.objects.bulk_create(
+        [
+            Step(
+                run=run,
+                seq=seq,
+                tool="file_write",
+                args={"path": f"f{seq}.txt", "content": "x"},
+                recovery_mode="notify",
+                phase="completed" if seq < per_run else "dispatched",
+                result={"written": seq} if seq < per_run else None,
+                usage=1 if seq < per_run else 0,
+                dispatch_epoch=1,
+                planned_at=now,
+                dispatched_at=now,
+                completed_at=now if seq < per_run else None,
+            )
+            for run in chain
+            for seq in range(1, per_run + 1)
+        ],
+        batch_size=500,
+    )
+    evidence = {
+        "disposition": "needs_decision",
+        "reasons": [{"code": "unknown_outcome", "seq": per_run, "detail": "cut off after dispatch"}],
+        "seq": per_run,
+        "tool": "file_write",
+        "args": plan["steps"][-1]["args"],
+        "dispatched_at": now.isoformat(),
+        "recovery_mode": "notify",
+    }
+    actions = RecoveryAction.objects.bulk_create(
+        [
+            RecoveryAction(
+                org_id=task.org_id,
+                task=task,
+                run=run,
+                kind="unknown_outcome",
+                status="open" if run is chain[-1] else "resolved",
+                resolution="" if run is chain[-1] else "continued",
+                cause="unknown_outcome",
+                evidence=evidence,
+                seq=per_run,
+                original_owner_id=task.agent_id,
+                recovery_owner="role:operator" if run is chain[-1] else "",
+                attempts=0 if run is chain[-1] else 1,
+                due_at=now + timedelta(days=1),
+                next_action="Check whether the operation happened, then record what you found.",
+                version=1 if run is chain[-1] else 3,
+                closed_at=None if run is chain[-1] else now,
+            )
+            for run in chain
+        ]
+    )
+    RecoveryAttempt.objects.bulk_create(
+        [
+            RecoveryAttempt(
+                action=action,
+                number=1,
+                requested_by="olive",
+                acknowledged_at=now,
+                continuation_run=chain[i + 1],
+                outcome="continued",
+                accepted_duplicate_risk=True,
+                decision="not_performed",
+                note="not on disk",
+            )
+            for i, action in enumerate(actions[:-1])
+        ]
+    )
+    Task.objects.filter(pk=task.pk).update(status="blocked", budget_used=(per_run - 1) * runs)
+    return chain
+
+
+def bulk_board(org, agent, n: int) -> None:
+    """n tasks: a third done, a third waiting on a decision, a third paused with their run queued."""
+    now = timezone.now()
+    tasks = Task.objects.bulk_create(
+        [
+            Task(
+                org=org,
+                agent=agent,
+                title=f"bulk {i:04d}",
+                status=("done", "blocked", "todo")[i % 3],
+                paused=i % 3 == 2,
+            )
+            for i in range(n)
+        ],
+        batch_size=500,
+    )
+    plan = write_plan(2)
+    runs = Run.objects.bulk_create(
+        [
+            Run(
+                org=org,
+                task=task,
+                agent=agent,
+                input=plan,
+                status=("succeeded", "interrupted", "queued")[i % 3],
+                lease_owner="" if i % 3 == 2 else "w1/a",
+                lease_epoch=0 if i % 3 == 2 else 1,
+                started_at=None if i % 3 == 2 else now,
+                finished_at=None if i % 3 == 2 else now,
+            )
+            for i, task in enumerate(tasks)
+        ],
+        batch_size=500,
+    )
+    Step.objects.bulk_create(
+        [
+            Step(
+                run=run,
+                seq=seq,
+                tool="file_write",
+                args=plan["steps"][seq - 1]["args"],
+                recovery_mode="notify",
+                phase="dispatched" if (i % 3 == 1 and seq == 2) else "completed",
+                result=None if (i % 3 == 1 and seq == 2) else {"written": seq},
+                planned_at=now,
+                dispatched_at=now,
+                completed_at=None if (i % 3 == 1 and seq == 2) else now,
+            )
+            for i, run in enumerate(runs)
+            if i % 3 != 2
+            for seq in (1, 2)
+        ],
+        batch_size=500,
+    )
+    RecoveryAction.objects.bulk_create(
+        [
+            RecoveryAction(
+                org=org,
+                task_id=run.task_id,
+                run=run,
+                kind="unknown_outcome",
+                cause="unknown_outcome",
+                evidence={"seq": 2, "tool": "file_write", "args": plan["steps"][1]["args"]},
+                seq=2,
+                original_owner=agent,
+                recovery_owner="role:operator",
+                due_at=now + timedelta(days=1),
+            )
+            for i, run in enumerate(runs)
+            if i % 3 == 1
+        ],
+        batch_size=500,
+    )
+
+
+def by_services(org, operator) -> None:
+    """The newest tasks, made by the services: exhausted, needs decision, retrying, running."""
+    exhausted = unknown_outcome_action(org, title="s-exhausted")
+    actions_settle(now=timezone.now() + timedelta(days=3))
+    assert RecoveryAction.objects.get(pk=exhausted.pk).status == "exhausted"
+    unknown_outcome_action(org, title="s-decision")
+    retrying = unknown_outcome_action(org, title="s-retrying")
+    running_task(org, title="s-running")  # after the scenarios, which lapse every lease; before the continuation
+    action_decide(action_id=retrying.pk, user=operator, version=1, outcome="not_performed", accept_duplicate_risk=True)
+
+
+@pytest.mark.parametrize("size", [10, 1000])
+def test_the_board_does_not_grow_with_tasks(size, org, agent, operator, login, django_assert_max_num_queries):
+    bulk_board(org, agent, size)
+    by_services(org, operator)
+    client = login(operator)
+    client.get("/")  # warm the session and the template cache
+    for url in ("/", "/?state=needs_decision", "/?state=blocked", "/?state=all&q=bulk"):
+        with django_assert_max_num_queries(BOARD_QUERIES):
+            response = client.get(url)
+        assert response.status_code == 200
+    assert response.text.count('class="task-row') == min(size, 50)
+
+
+SHAPES = {
+    "1 run, 10 steps": (1, 10),
+    "10 runs, 100 steps": (10, 100),
+    "1 run, 1000 steps": (1, 1000),
+    "10 runs, 1000 steps": (10, 1000),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_task_page_does_not_grow_with_runs_steps_or_actions(
+    shape, org, agent, operator, login, django_assert_max_num_queries
+):
+    runs, steps = SHAPES[shape]
+    task = Task.objects.create(org=org, agent=agent, title="long story")
+    chain = bulk_chain(task, runs=runs, steps=steps)
+    client = login(operator)
+    client.get("/")
+    with django_assert_max_num_queries(TASK_PAGE_QUERIES):
+        response = client.get(f"/tasks/{task.pk}/")
+    assert response.status_code == 200
+    assert response.text.count('<article id="run-') == runs
+    assert response.text.count('<article id="action-') == runs
+    assert response.text.count('class="step ') == steps
+    assert RecoveryAction.objects.get(run=chain[-1]).status == "open"  # reading did not retire it
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_run_page_does_not_grow_with_runs_or_steps(
+    shape, org, agent, operator, login, django_assert_max_num_queries
+):
+    runs, steps = SHAPES[shape]
+    task = Task.objects.create(org=org, agent=agent, title="long story")
+    chain = bulk_chain(task, runs=runs, steps=steps)
+    client = login(operator)
+    client.get("/")
+    with django_assert_max_num_queries(RUN_PAGE_QUERIES):
+        response = client.get(f"/agents/builder/runs/{chain[-1].pk}/")
+    assert response.status_code == 200
+    assert response.text.count('class="step ') == steps // runs
