@@ -28,7 +28,7 @@ from tasks.errors import Forbidden, GateClosed, Invalid, NotEligible, NotFound, 
 from tasks.events import event_append
 from tasks.models import LEASED_RUN_STATUSES, Role, Run, RunStatus, Task
 from tasks.selectors import membership_in
-from tasks.services import task_facts
+from tasks.services import run_cancel_queued, task_facts
 
 DECISIONS = ("performed", "not_performed", "unresolved")
 
@@ -303,18 +303,13 @@ def action_cancel(*, action_id: int, user, version) -> RecoveryAction:
         raise NotEligible(f"Action #{action.pk} is {action.status}; there is nothing to cancel.")
     for attempt in action.attempt_history.filter(outcome=AttemptOutcome.REQUESTED):
         if attempt.continuation_run_id:
-            cancelled = Run.objects.filter(pk=attempt.continuation_run_id, status=RunStatus.QUEUED).update(
-                status=RunStatus.CANCELLED, finished_at=timezone.now()
-            )
-            if cancelled:
-                event_append(
-                    org_id=action.org_id,
-                    task_id=action.task_id,
-                    run_id=attempt.continuation_run_id,
-                    kind="run_cancelled",
-                    actor=user,
-                    payload={"action": action.pk},
-                )
+            if run_cancel_queued(
+                actor=user,
+                run_id=attempt.continuation_run_id,
+                error_code="action_cancelled",
+                detail="Its recovery action was cancelled before a worker started it.",
+                payload={"action": action.pk},
+            ):
                 RecoveryAttempt.objects.filter(pk=attempt.pk).update(
                     outcome=AttemptOutcome.REJECTED, rejected_detail="cancelled by an operator"
                 )
@@ -415,20 +410,13 @@ def actions_settle(*, now=None) -> dict:
 
             hold = task_hold(task_facts(action.task))
             if hold is not None:
-                if Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-                    status=RunStatus.CANCELLED,
-                    finished_at=now,
+                if run_cancel_queued(
+                    actor="supervisor",
+                    run_id=run.pk,
                     error_code="admission_refused",
-                    error_detail=hold.detail,
+                    detail=hold.detail,
+                    payload={"gate": hold.gate, "action": action.pk},
                 ):
-                    event_append(
-                        org_id=action.org_id,
-                        task_id=action.task_id,
-                        run_id=run.pk,
-                        kind="run_cancelled",
-                        actor="supervisor",
-                        payload={"gate": hold.gate, "action": action.pk},
-                    )
                     RecoveryAttempt.objects.filter(pk=attempt.pk).update(
                         outcome=AttemptOutcome.REJECTED, rejected_gate=hold.gate, rejected_detail=hold.detail
                     )

@@ -584,6 +584,25 @@ def task_resume(*, actor, task: Task) -> Task:
     return task
 
 
+def run_cancel_queued(*, actor, run_id: int, error_code: str = "", detail: str = "", payload=None) -> bool:
+    """queued → cancelled (it never started), with its event. Returns False if it was no longer queued."""
+    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.CANCELLED, finished_at=timezone.now(), error_code=error_code[:64], error_detail=detail
+    )
+    if not updated:
+        return False
+    run = Run.objects.get(pk=run_id)
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_cancelled",
+        actor=actor,
+        payload={"error_code": error_code, **(payload or {})},
+    )
+    return True
+
+
 # --- the supervisor --------------------------------------------------------
 
 
