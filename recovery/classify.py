@@ -50,6 +50,8 @@ class RunFacts:
     # seq -> how many earlier runs of the chain left this operation dispatched without a result
     earlier_interruptions: dict = field(default_factory=dict)
     recovery_disabled: str = ""
+    # Steps an earlier continuation dropped by their mode: absent on purpose, not a gap.
+    dropped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,11 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
     seqs = sorted(s.seq for s in top)
     if len(set(seqs)) != len(seqs):
         reasons.append(Reason("duplicate_seq", "Two checkpoints claim the same step number."))
-    expected = list(range(1, len(seqs) + 1))
-    if seqs != expected:
-        missing = sorted(set(range(1, (max(seqs) if seqs else 0) + 1)) - set(seqs))
+    dropped = set(facts.dropped) - set(seqs)
+    accounted = sorted(set(seqs) | {d for d in dropped if d <= (max(seqs) if seqs else 0)})
+    expected = list(range(1, len(accounted) + 1))
+    if accounted != expected:
+        missing = sorted(set(range(1, (max(seqs) if seqs else 0) + 1)) - set(seqs) - dropped)
         first = missing[0] if missing else None
         reasons.append(Reason("seq_gap", f"Checkpoints skip step {first}; steps must be recorded in order.", first))
     for s in top:
@@ -185,20 +189,20 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
                         s.seq,
                     )
                 )
-    completed_times = [(s.seq, s.completed_at) for s in top if s.completed_at is not None]
-    for s in top:
-        if s.dispatched_at is None:
-            continue
-        for later_seq, completed_at in completed_times:
-            if later_seq > s.seq and completed_at < s.dispatched_at:
-                reasons.append(
-                    Reason(
-                        "dispatch_after_later_completion",
-                        f"Step {s.seq} was dispatched after step {later_seq} had already completed.",
-                        s.seq,
-                    )
+    # One sweep from the last step down, keeping the earliest completion seen
+    # among later steps: n log n instead of comparing every pair.
+    earliest_later: tuple | None = None  # (completed_at, seq)
+    for s in sorted(top, key=lambda s: s.seq, reverse=True):
+        if s.dispatched_at is not None and earliest_later is not None and earliest_later[0] < s.dispatched_at:
+            reasons.append(
+                Reason(
+                    "dispatch_after_later_completion",
+                    f"Step {s.seq} was dispatched after step {earliest_later[1]} had already completed.",
+                    s.seq,
                 )
-                break
+            )
+        if s.completed_at is not None and (earliest_later is None or s.completed_at < earliest_later[0]):
+            earliest_later = (s.completed_at, s.seq)
     parents = {s.seq for s in facts.steps}
     for s in facts.steps:
         if s.parent_seq is not None and s.parent_seq not in parents:

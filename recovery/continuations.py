@@ -62,7 +62,9 @@ def continuation_create(
         )
     by_seq = {s.seq: s for s in steps}
     verdicts = {v.seq: v for v in diagnosis.steps if v.parent_seq is None}
-    carried, reran, dropped = [], [], []
+    carried, reran = [], []
+    # What an earlier continuation dropped stays dropped: it is never run later in the chain.
+    dropped = [d for d in (source.carry or {}).get("dropped", []) if d.get("seq") not in verdicts]
     for seq, verdict in sorted(verdicts.items()):
         step = by_seq[seq]
         if verdict.verdict == c.REUSE and step.phase == "completed":

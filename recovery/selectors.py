@@ -226,6 +226,7 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         chain_length=len(chain),
         earlier_interruptions=earlier,
         recovery_disabled=run.recovery_disabled,
+        dropped=tuple(d.get("seq") for d in (run.carry or {}).get("dropped", []) if isinstance(d, dict)),
     )
 
 
