@@ -6,6 +6,7 @@ No business logic: what to render comes from console.live, what changed from the
 import asyncio
 import json
 import logging
+import random
 from urllib.parse import parse_qs
 
 from channels.auth import get_user
@@ -83,6 +84,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             message = json.loads(text_data or "{}")
         except ValueError:
             return
+        if not isinstance(message, dict):
+            return
         if message.get("type") != "resync" or not self.subscribed:
             return
         try:
@@ -105,19 +108,29 @@ class LiveConsumer(AsyncWebsocketConsumer):
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor
 
+    async def recheck_access(self) -> bool:
+        """Re-read this user's access; close with 4403 if it is gone. Returns whether it remains."""
+        if not self.subscribed:
+            return False
+        access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        if not access.ok:
+            relay.unsubscribe(self)
+            self.subscribed = False
+            await self.close(code=CLOSE_FORBIDDEN)
+            return False
+        self.role, self.private = access.role, access.private
+        return True
+
     async def _recheck_access(self) -> None:
-        """A removed member, or a task made private, stops receiving within seconds."""
-        interval = getattr(settings, "CONSOLE_LIVE_RECHECK_SECONDS", 2.0)
+        """The safety net for changes that append no event (a task made private, an admin edit).
+
+        Membership changes made through the services are acted on at once by the relay.
+        """
+        interval = float(settings.CONSOLE_LIVE_RECHECK_SECONDS)
         try:
-            while True:
+            await asyncio.sleep(random.uniform(0, interval))  # spread sockets opened together
+            while await self.recheck_access():
                 await asyncio.sleep(interval)
-                access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
-                if not access.ok:
-                    relay.unsubscribe(self)
-                    self.subscribed = False
-                    await self.close(code=CLOSE_FORBIDDEN)
-                    return
-                self.role, self.private = access.role, access.private
         except asyncio.CancelledError:
             pass
 

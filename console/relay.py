@@ -25,11 +25,14 @@ log = logging.getLogger("console.relay")
 NOTIFY_CHANNEL = "console_events"
 GAP_SECONDS = 30.0  # how long a missing id may still commit (a long transaction)
 BATCH = 500
+ACCESS_EVENTS = ("member_removed", "member_set")
 
 
 def poll_interval() -> float:
-    default = 2.0 if connection.vendor == "postgresql" else 0.3
-    return float(getattr(settings, "CONSOLE_RELAY_POLL_SECONDS", default))
+    configured = getattr(settings, "CONSOLE_RELAY_POLL_SECONDS", None)
+    if configured:
+        return float(configured)
+    return 2.0 if connection.vendor == "postgresql" else 0.3
 
 
 def listen_params() -> dict:
@@ -53,6 +56,8 @@ class Relay:
         self.listener: asyncio.Task | None = None
         self.wake = asyncio.Event()
         self.loop = None
+        self.starting: asyncio.Task | None = None
+        self.starting_loop = None
 
     # --- subscriptions -----------------------------------------------------------
 
@@ -70,15 +75,33 @@ class Relay:
     # --- the loop ------------------------------------------------------------------
 
     async def ensure_started(self) -> None:
+        """Start the one relay loop of this process (again, if its loop changed or it died).
+
+        Sockets connecting at the same moment share one start: the first caller
+        creates it, the others await the same future.
+        """
         loop = asyncio.get_running_loop()
         if self.task is not None and not self.task.done() and self.loop is loop:
             return
-        self.loop = loop
-        self.wake = asyncio.Event()
-        self.last_id = await database_sync_to_async(live.last_event_id)()
-        self.task = loop.create_task(self._run(), name="console-event-relay")
-        if connection.vendor == "postgresql":
-            self.listener = loop.create_task(self._listen(), name="console-event-listen")
+        if self.starting is None or self.starting_loop is not loop:
+            self.starting_loop = loop
+            self.starting = loop.create_task(self._start(loop))
+        await asyncio.shield(self.starting)
+
+    async def _start(self, loop) -> None:
+        try:
+            for stale in (self.task, self.listener):
+                if stale is not None and not stale.done():
+                    stale.cancel()
+            self.loop = loop
+            self.wake = asyncio.Event()
+            self.last_id = await database_sync_to_async(live.last_event_id)()
+            self.gaps.clear()
+            self.task = loop.create_task(self._run(), name="console-event-relay")
+            if connection.vendor == "postgresql":
+                self.listener = loop.create_task(self._listen(), name="console-event-listen")
+        finally:
+            self.starting = None
 
     async def _run(self) -> None:
         while True:
@@ -149,12 +172,23 @@ class Relay:
 
     # --- dispatch --------------------------------------------------------------------
 
+    def consumers(self) -> set:
+        return set().union(*self.subscribers.values()) if self.subscribers else set()
+
+    async def recheck(self, org_ids: set[int]) -> None:
+        """A membership changed: re-check every socket of those organizations before anything is sent."""
+        for consumer in [c for c in self.consumers() if c.org_id in org_ids]:
+            await consumer.recheck_access()
+
     async def dispatch(self, events: list[Event]) -> None:
         """Render each affected page part once per role (or per user for private tasks) and push it."""
         cursor = max(e.pk for e in events)
         by_task: dict[int, list[Event]] = defaultdict(list)
         by_org: dict[int, set[int]] = defaultdict(set)
         created: set[int] = set()
+        access_changed = {e.org_id for e in events if e.task_id is None and e.kind in ACCESS_EVENTS}
+        if access_changed:
+            await self.recheck(access_changed)
         for e in events:
             if e.task_id:
                 by_task[e.task_id].append(e)

@@ -155,6 +155,11 @@ CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)
 CONSOLE_CHAIN_MAX_RUNS = 32
+# Live updates: how often the relay tails events when nothing woke it (0 = the
+# database's default: 2 s on PostgreSQL, which NOTIFY wakes, 0.3 s on SQLite),
+# and how often a socket re-reads its user's access as a safety net.
+CONSOLE_RELAY_POLL_SECONDS = float(os.environ.get("CONSOLE_RELAY_POLL_SECONDS") or 0)
+CONSOLE_LIVE_RECHECK_SECONDS = float(os.environ.get("CONSOLE_LIVE_RECHECK_SECONDS") or 3)
 CONSOLE_CHECKPOINT_RETENTION_DAYS = 30
 
 REST_FRAMEWORK = {

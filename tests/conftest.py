@@ -68,7 +68,7 @@ def daphne_server(django_db_setup, django_db_blocker):
     Tests using it must be `@pytest.mark.django_db(transaction=True)` so what
     they write is committed and visible to the server process.
     """
-    from tests.live import Server
+    from tests.processes import Server
 
     server = Server(CONSOLE_LEASE_SECONDS=3, CONSOLE_HEARTBEAT_SECONDS=1).start()
     yield server

@@ -14,7 +14,7 @@ from tasks.models import Event, Run, Step
 from tasks.services import leases_expire, run_request_stop, task_create
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.live import ROOT, child_env, manage, wait_for
+from tests.processes import ROOT, child_env, manage, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -1,0 +1,1 @@
+"""Tests of the live-update layer: relay, consumers, reconnect."""

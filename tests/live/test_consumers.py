@@ -1,0 +1,436 @@
+"""The live sockets through the real ASGI stack: who may subscribe, what reaches whom, and resync."""
+
+import asyncio
+import re
+import time
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from console import live
+from console.asgi import application
+from console.relay import relay
+from recovery.supervisor import supervise_once
+from tasks.accounts import member_remove
+from tasks.models import Run
+from tasks.services import leases_expire, task_create, task_pause, task_resume
+from tests.console.scenarios import SAFE_PLAN, running_task, unknown_outcome_action
+from tests.factories import make_agent, make_member
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://testserver")
+CSRF_INPUT = re.compile(r'<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">')
+
+
+# --- fixtures and helpers -------------------------------------------------------------
+
+
+def reset_relay() -> None:
+    """The relay is one per process and bound to the loop of its first subscriber; every test has its own loop."""
+    relay.subscribers.clear()
+    relay.gaps.clear()
+    relay.task = relay.listener = relay.loop = relay.last_id = None
+
+
+@pytest.fixture(autouse=True)
+def live_settings(settings, monkeypatch):
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    # AllowedHostsOriginValidator copied ALLOWED_HOSTS when console.asgi was imported:
+    # the override above does not reach it, so allow testserver on the real validator too.
+    validator = application.application_mapping["websocket"]
+    monkeypatch.setattr(validator, "allowed_origins", [*validator.allowed_origins, "testserver"])
+    settings.CONSOLE_RELAY_POLL_SECONDS = 0.05
+    settings.CONSOLE_LIVE_RECHECK_SECONDS = 0.2
+    reset_relay()
+    yield
+    reset_relay()
+
+
+def session_headers(user) -> list[tuple[bytes, bytes]]:
+    client = Client()
+    client.force_login(user)
+    return [ORIGIN, (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+
+
+async def connect(path: str, user=None, *, headers=None) -> WebsocketCommunicator:
+    if headers is None:
+        headers = await sync_to_async(session_headers)(user) if user is not None else [ORIGIN]
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected, f"{path} was refused"
+    return communicator
+
+
+async def subscribed(path: str, user) -> WebsocketCommunicator:
+    """A socket whose subscription is in place: the page's first resync has been answered.
+
+    A consumer handles messages one at a time, so the answer to a resync proves
+    that connect() (access check, subscribe) has finished.
+    """
+    communicator = await connect(path, user)
+    await communicator.send_json_to({"type": "resync", "last_event": 0, "reconnect": False})
+    snapshot = await communicator.receive_from(timeout=5)
+    assert 'id="live-cursor"' in snapshot
+    return communicator
+
+
+async def receive_until(communicator, predicate, *, timeout: float = 5.0) -> list[str]:
+    """Every message up to and including the first one that satisfies predicate."""
+    received, deadline = [], time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no matching message within {timeout}s; received {received!r}")
+        try:
+            message = await communicator.receive_from(timeout=left)
+        except TimeoutError:
+            continue
+        received.append(message)
+        if predicate(message):
+            return received
+
+
+async def close_code(communicator, *, timeout: float = 5.0) -> tuple[int, list[str]]:
+    """Wait for the server to close the socket; return the code and whatever was sent before."""
+    sent, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            output = await communicator.receive_output(timeout=deadline - time.monotonic())
+        except TimeoutError:
+            break
+        if output["type"] == "websocket.close":
+            return output.get("code", 1000), sent
+        sent.append(output.get("text", ""))
+    raise AssertionError(f"the socket was not closed within {timeout}s; sent {sent!r}")
+
+
+def cursor_of(html: str) -> int:
+    return int(re.search(r'id="live-cursor" data-last-event="(\d+)"', html).group(1))
+
+
+def normalize(html: str) -> str:
+    """Compare cards as drawn: ignore whitespace, the out-of-band marker and the per-request CSRF input."""
+    html = CSRF_INPUT.sub("", html).replace(' hx-swap-oob="true"', "")
+    html = re.sub(r">\s+<", "><", html)
+    return re.sub(r"\s+", " ", html).strip()
+
+
+def element(html: str, tag: str, element_id: str) -> str:
+    """The outer HTML of `<tag id="element_id" ...>` (the card partials do not nest their own tag)."""
+    match = re.search(rf'<{tag}\b[^>]*\bid="{element_id}"[^>]*>.*?</{tag}>', html, re.S)
+    assert match, f"no <{tag} id={element_id!r}> in {html[:500]!r}"
+    return match.group(0)
+
+
+def page_html(user, url: str) -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get(url)
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+@pytest.fixture
+def other_agent(other_org):
+    return make_agent(other_org, "builder")
+
+
+@pytest.fixture
+def outsider(other_org):
+    return make_member(other_org, "gina", "operator")
+
+
+# --- what a subscribed page receives ----------------------------------------------------
+
+
+async def test_a_committed_change_reaches_the_task_page_as_the_cards_a_reload_draws(org, agent, operator):
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="report", agent="builder", input=SAFE_PLAN
+    )
+    communicator = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        (message,) = await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+        header = element(message, "section", f"task-{task.pk}")
+        assert 'hx-swap-oob="true"' in header
+        assert '<dt>Paused</dt><dd><span class="warn">yes</span></dd>' in header
+        assert "Resume task" in header
+        assert f'id="recovery-{task.pk}"' in message
+        assert cursor_of(message) == await database_sync_to_async(live.last_event_id)()
+        # The pushed cards are the cards a reload draws.
+        page = await sync_to_async(page_html)(operator, f"/tasks/{task.pk}/")
+        assert normalize(header) == normalize(element(page, "section", f"task-{task.pk}"))
+        recovery = element(message, "section", f"recovery-{task.pk}")
+        assert normalize(recovery) == normalize(element(page, "section", f"recovery-{task.pk}"))
+
+        await database_sync_to_async(task_resume)(actor=operator, task=task)
+        (message,) = await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+        assert "<dt>Paused</dt><dd>no</dd>" in message
+    finally:
+        await communicator.disconnect()
+
+
+async def test_the_run_page_receives_its_run_card_when_the_run_is_interrupted(org, agent, operator):
+    task, run = await database_sync_to_async(running_task)(org)
+    communicator = await subscribed(f"/ws/runs/{run.pk}/", operator)
+    try:
+        await database_sync_to_async(leases_expire)(now=timezone.now() + timedelta(hours=1))
+        (message,) = await receive_until(communicator, lambda m: f'id="run-{run.pk}"' in m)
+        assert 'data-status="interrupted"' in element(message, "article", f"run-{run.pk}")
+        assert f'id="task-{task.pk}"' not in message
+    finally:
+        await communicator.disconnect()
+
+
+async def test_another_organizations_events_never_arrive(org, agent, operator, other_org, other_agent):
+    mine = await database_sync_to_async(task_create)(org=org, actor="t", title="mine", agent="builder", input=SAFE_PLAN)
+    theirs = await database_sync_to_async(task_create)(
+        org=other_org, actor="t", title="theirs", agent="builder", input=SAFE_PLAN
+    )
+    board = await subscribed("/ws/board/?state=all&q=", operator)
+    page = await subscribed(f"/ws/tasks/{mine.pk}/", operator)
+    try:
+        await database_sync_to_async(task_pause)(actor="someone", task=theirs)
+        await database_sync_to_async(task_create)(
+            org=other_org, actor="t", title="theirs too", agent="builder", input=SAFE_PLAN
+        )
+        assert await board.receive_nothing(timeout=1.0)
+        assert await page.receive_nothing(timeout=0.2)
+
+        # The sockets are alive: a change of our own arrives, and carries nothing foreign.
+        await database_sync_to_async(task_pause)(actor=operator, task=mine)
+        for communicator in (board, page):
+            received = await receive_until(communicator, lambda m: f'id="task-{mine.pk}"' in m)
+            assert not any("theirs" in m or f'id="task-{theirs.pk}"' in m for m in received)
+    finally:
+        await board.disconnect()
+        await page.disconnect()
+
+
+# --- who may subscribe ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("origin", [b"http://evil.example", b"http://testserver.evil.example", None])
+async def test_a_foreign_or_missing_origin_is_refused(org, agent, operator, origin):
+    headers = [h for h in await sync_to_async(session_headers)(operator) if h[0] != b"origin"]
+    if origin is not None:
+        headers.append((b"origin", origin))
+    communicator = WebsocketCommunicator(application, "/ws/board/", headers=headers)
+    connected, _ = await communicator.connect(timeout=5)
+    assert not connected
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("cookie", [None, b"sessionid=not-a-session-key"], ids=["no-cookie", "unknown-session"])
+async def test_a_visitor_who_is_not_signed_in_is_closed_with_4401(org, agent, cookie):
+    task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
+    headers = [ORIGIN] + ([(b"cookie", cookie)] if cookie else [])
+    for path in ("/ws/board/", f"/ws/tasks/{task.pk}/"):
+        communicator = await connect(path, headers=headers)
+        try:
+            code, sent = await close_code(communicator)
+            assert code == 4401 and sent == []
+        finally:
+            await communicator.disconnect()
+    assert not relay.subscribers
+
+
+async def test_another_organizations_task_or_run_is_closed_with_4403(org, agent, other_org, other_agent, outsider):
+    task, run = await database_sync_to_async(running_task)(org)
+    for path in (f"/ws/tasks/{task.pk}/", f"/ws/runs/{run.pk}/", "/ws/tasks/999999/"):
+        communicator = await connect(path, outsider)
+        try:
+            code, sent = await close_code(communicator)
+            assert code == 4403 and sent == [], path
+        finally:
+            await communicator.disconnect()
+    assert not relay.subscribers
+
+
+async def test_after_removal_from_the_organization_nothing_more_arrives_and_the_socket_closes_4403(
+    org, agent, operator
+):
+    task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
+    board = await subscribed("/ws/board/", operator)
+    page = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        started = time.monotonic()
+        await database_sync_to_async(member_remove)(org=org, username=operator.username)
+        # A change right after the removal commits must not be drawn for the removed member.
+        await database_sync_to_async(task_pause)(actor="someone", task=task)
+        for communicator in (board, page):
+            code, sent = await close_code(communicator, timeout=5)
+            assert code == 4403
+            assert not any(f'id="task-{task.pk}"' in m for m in sent), sent
+        assert time.monotonic() - started < 5
+        assert not relay.subscribers
+    finally:
+        await board.disconnect()
+        await page.disconnect()
+
+
+async def test_a_private_task_reaches_its_creators_board_and_admins_but_not_other_members(org, agent, operator):
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    admin = await database_sync_to_async(make_member)(org, "ada", "admin")
+    creator_board = await subscribed("/ws/board/", operator)
+    admin_board = await subscribed("/ws/board/", admin)
+    colleague_board = await subscribed("/ws/board/", colleague)
+    try:
+        task = await database_sync_to_async(task_create)(
+            org=org, actor=operator, title="secret", agent="builder", input=SAFE_PLAN, private=True, creator=operator
+        )
+        for communicator in (creator_board, admin_board):
+            received = await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+            assert 'hx-swap-oob="afterbegin:#board-rows"' in received[-1]  # a new row on top
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        for communicator in (creator_board, admin_board):
+            await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+        assert await colleague_board.receive_nothing(timeout=1.0)
+
+        # Nor can the colleague open the task's own page.
+        page = await connect(f"/ws/tasks/{task.pk}/", colleague)
+        try:
+            code, _ = await close_code(page)
+            assert code == 4403
+        finally:
+            await page.disconnect()
+    finally:
+        for communicator in (creator_board, admin_board, colleague_board):
+            await communicator.disconnect()
+
+
+async def test_a_task_made_private_stops_reaching_other_members_task_page(org, agent, operator):
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="open", agent="builder", input=SAFE_PLAN, creator=operator
+    )
+    page = await subscribed(f"/ws/tasks/{task.pk}/", colleague)
+    try:
+        await database_sync_to_async(type(task).objects.filter(pk=task.pk).update)(private=True)
+        code, sent = await close_code(page, timeout=5)
+        assert code == 4403 and sent == []
+    finally:
+        await page.disconnect()
+
+
+# --- resync -------------------------------------------------------------------------------
+
+
+async def test_a_reconnect_resync_returns_every_card_from_saved_state_and_the_notice(org, agent, operator):
+    action = await database_sync_to_async(unknown_outcome_action)(org)
+    task_id = action.task_id
+    run_ids = await database_sync_to_async(
+        lambda: list(Run.objects.filter(task_id=task_id).values_list("pk", flat=True))
+    )()
+    cursor = await database_sync_to_async(live.last_event_id)()
+    communicator = await connect(f"/ws/tasks/{task_id}/", operator)
+    try:
+        await communicator.send_json_to({"type": "resync", "last_event": cursor, "reconnect": True})
+        message = await communicator.receive_from(timeout=5)
+        page = await sync_to_async(page_html)(operator, f"/tasks/{task_id}/")
+        cards = [("section", f"task-{task_id}"), ("section", f"recovery-{task_id}"), ("article", f"action-{action.pk}")]
+        cards += [("article", f"run-{rid}") for rid in run_ids]
+        for tag, element_id in cards:
+            assert normalize(element(message, tag, element_id)) == normalize(element(page, tag, element_id))
+        assert f'<ol class="chain" id="chain-{task_id}" hx-swap-oob="true">' in message
+        notice = element(message, "div", "live-notice")
+        assert 'hx-swap-oob="true"' in notice
+        assert "Live updates reconnected — this page now shows saved state." in notice
+        assert "Reconnecting does not restart the agent." in notice
+        assert cursor_of(message) == cursor
+        assert message.count('<span id="live-cursor"') == 1
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_resync_of_an_up_to_date_page_returns_nothing_and_a_page_behind_catches_up(org, agent, operator):
+    task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
+    cursor = await database_sync_to_async(live.last_event_id)()
+    for path in (f"/ws/tasks/{task.pk}/", "/ws/board/"):
+        communicator = await connect(path, operator)
+        try:
+            await communicator.send_json_to({"type": "resync", "last_event": cursor, "reconnect": False})
+            assert await communicator.receive_nothing(timeout=0.5)
+            # A page that missed an event (drawn before it) gets its cards again, without the notice.
+            await communicator.send_json_to({"type": "resync", "last_event": cursor - 1, "reconnect": False})
+            message = await communicator.receive_from(timeout=5)
+            assert f'id="task-{task.pk}"' in message
+            assert "live-notice" not in message
+            assert cursor_of(message) == cursor
+        finally:
+            await communicator.disconnect()
+
+
+async def test_messages_other_than_resync_are_ignored(org, agent, operator):
+    task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
+    communicator = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        for text in ("not json", '{"type": "pause"}', '{"type": "resync", "last_event": "x"}', "[]"):
+            await communicator.send_to(text_data=text)
+        # A last_event that is not a number counts as 0: the page gets its cards again.
+        received = await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+        assert len(received) == 1
+        assert await communicator.receive_nothing(timeout=0.3)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_supervisor_pass_pushes_the_interrupted_run_its_continuation_and_the_header(org, agent, operator):
+    task, run = await database_sync_to_async(running_task)(org, agent="builder")  # resumes by itself
+    communicator = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        await database_sync_to_async(leases_expire)(now=timezone.now() + timedelta(hours=1))
+        await database_sync_to_async(supervise_once)()
+        continuation = await database_sync_to_async(Run.objects.get)(continues_id=run.pk)
+        cursor = await database_sync_to_async(live.last_event_id)()
+        received = await receive_until(communicator, lambda m: cursor_of(m) == cursor)
+        pushed = "".join(received)
+        # The new run is appended to the chain; the interrupted one is replaced in place.
+        assert f'<ol hx-swap-oob="beforeend:#chain-{task.pk}"><li>' in pushed
+        page = await sync_to_async(page_html)(operator, f"/tasks/{task.pk}/")
+        latest = {}
+        for message in received:
+            for tag, element_id in (("section", f"task-{task.pk}"), ("article", f"run-{run.pk}")):
+                if f'id="{element_id}"' in message:
+                    latest[element_id] = element(message, tag, element_id)
+            if f'id="run-{continuation.pk}"' in message:
+                latest[f"run-{continuation.pk}"] = element(message, "article", f"run-{continuation.pk}")
+        assert 'data-status="interrupted"' in latest[f"run-{run.pk}"]
+        assert 'data-status="queued"' in latest[f"run-{continuation.pk}"]
+        for element_id, html in latest.items():
+            tag = "section" if element_id.startswith("task-") else "article"
+            assert normalize(html) == normalize(element(page, tag, element_id)), element_id
+    finally:
+        await communicator.disconnect()
+
+
+async def test_sockets_that_open_together_start_one_relay_and_each_change_arrives_once(org, agent, operator):
+    """Many pages reconnect at once after a restart: the process must still run one relay (and one LISTEN)."""
+    task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
+    headers = await sync_to_async(session_headers)(operator)
+    communicators = [WebsocketCommunicator(application, f"/ws/tasks/{task.pk}/", headers=headers) for _ in range(5)]
+    try:
+        results = await asyncio.gather(*(c.connect(timeout=5) for c in communicators))
+        assert all(connected for connected, _ in results)
+        for communicator in communicators:
+            await communicator.send_json_to({"type": "resync", "last_event": 0, "reconnect": False})
+            await communicator.receive_from(timeout=5)
+        running = [t for t in asyncio.all_tasks() if t.get_name() == "console-event-relay" and not t.done()]
+        listening = [t for t in asyncio.all_tasks() if t.get_name() == "console-event-listen" and not t.done()]
+        expected = (1, 1 if connection.vendor == "postgresql" else 0)
+        assert (len(running), len(listening)) == expected, "(relay loops, LISTEN connections) of one process"
+
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        for communicator in communicators:
+            await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
+            assert await communicator.receive_nothing(timeout=0.3)  # once, not once per relay loop
+    finally:
+        for communicator in communicators:
+            await communicator.disconnect()
