@@ -205,15 +205,69 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
             earliest_later = (s.completed_at, s.seq)
     parents = {s.seq for s in facts.steps}
     for s in facts.steps:
-        if s.parent_seq is not None and s.parent_seq not in parents:
+        # A reused nested call may wait for its parent to be planned again.
+        if s.parent_seq is not None and s.parent_seq not in parents and not s.reused:
             reasons.append(
                 Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq)
             )
     return reasons
 
 
+def _subagent_verdicts(facts: RunFacts, verdicts: list[StepVerdict]) -> list[StepVerdict]:
+    """A cut-off subagent is judged by its own checkpointed calls, not as one opaque call.
+
+    If none of its nested calls has an unknown outcome, it resumes under its own
+    identity: completed nested calls are reused and the rest run. Otherwise the
+    decision is about the nested call that was cut off.
+    """
+    steps = {s.seq: s for s in facts.steps}
+    children: dict[int, list[StepVerdict]] = {}
+    for v in verdicts:
+        if v.parent_seq is not None:
+            children.setdefault(v.parent_seq, []).append(v)
+    out = []
+    for v in verdicts:
+        step = steps.get(v.seq)
+        if (
+            v.parent_seq is None
+            and step is not None
+            and step.tool == "subagent"
+            and step.phase == "dispatched"
+            and step.recovery_mode in ("notify", "replay")
+            and not any(k.verdict == CORRUPT for k in children.get(v.seq, []))
+        ):
+            kids = children.get(v.seq, [])
+            agent = step.args.get("agent", "?") if isinstance(step.args, dict) else "?"
+            unknown = [k for k in kids if k.verdict == UNKNOWN_OUTCOME]
+            if unknown:
+                k = unknown[0]
+                nested = steps[k.seq]
+                v = StepVerdict(
+                    v.seq,
+                    v.tool,
+                    UNKNOWN_OUTCOME,
+                    "unknown_outcome",
+                    f"Subagent {agent} was cut off in its nested {nested.tool} (step {k.seq}) with "
+                    f"{_args_text(nested.args)}, dispatched at {_when(nested.dispatched_at)}: it may or may not "
+                    "have happened.",
+                )
+            else:
+                done = sum(1 for k in kids if k.verdict == REUSE)
+                v = StepVerdict(
+                    v.seq,
+                    v.tool,
+                    REPLAY,
+                    "subagent_resumes",
+                    f"Subagent {agent} resumes under its own identity: {done} completed nested call(s) are "
+                    "reused, the rest run.",
+                )
+        out.append(v)
+    return out
+
+
 def classify(facts: RunFacts) -> Diagnosis:
-    verdicts = tuple(_verdict(s) for s in sorted(facts.steps, key=lambda s: (s.parent_seq or 0, s.seq)))
+    verdicts = [_verdict(s) for s in sorted(facts.steps, key=lambda s: (s.parent_seq or 0, s.seq))]
+    verdicts = tuple(_subagent_verdicts(facts, verdicts))
     if facts.status not in ("interrupted", "stopped"):
         return Diagnosis(NONE, verdicts, ())
 
@@ -261,9 +315,10 @@ def classify(facts: RunFacts) -> Diagnosis:
             reasons.append(
                 Reason("step_failed", f"Step {v.seq} ({v.tool}) failed: {step.error or 'no detail'}.", v.seq)
             )
-    # A nested call of unknown outcome parks its parent as well.
+    # A nested call of unknown outcome parks its parent as well (a subagent says so itself).
+    undecided_parents = {v.seq for v in top if v.verdict == UNKNOWN_OUTCOME}
     for v in verdicts:
-        if v.parent_seq is not None and v.verdict == UNKNOWN_OUTCOME:
+        if v.parent_seq is not None and v.verdict == UNKNOWN_OUTCOME and v.parent_seq not in undecided_parents:
             step = by_seq[v.seq]
             reasons.append(
                 Reason(

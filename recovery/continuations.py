@@ -117,9 +117,10 @@ def continuation_create(
             )
         )
     Step.objects.bulk_create(copies)
-    # Nested calls of a carried parent are carried with it.
+    # Completed nested calls are carried with a carried parent, and with a parent
+    # that runs again (a subagent resumes: its finished calls are not redone).
     carried_seqs = {s.seq for s, _ in carried}
-    nested = [s for s in steps if s.parent_seq in carried_seqs and s.phase == "completed"]
+    nested = [s for s in steps if s.parent_seq in carried_seqs | set(reran) and s.phase == "completed"]
     if nested:
         parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
         Step.objects.bulk_create(
@@ -127,7 +128,7 @@ def continuation_create(
                 Step(
                     run=run,
                     seq=s.seq,
-                    parent=parents[s.parent_seq],
+                    parent=parents.get(s.parent_seq),
                     parent_seq=s.parent_seq,
                     tool=s.tool,
                     args=s.args,

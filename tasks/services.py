@@ -316,6 +316,14 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
             return existing
         raise NotEligible(f"Step {seq} of run #{run.pk} is already planned as a different call.")
     profile = getattr(run.agent, "profile", None)
+    if tool == "subagent" and parent is None:
+        name = args.get("agent")
+        if not isinstance(name, str) or not Agent.objects.filter(org_id=run.org_id, name=name).exists():
+            raise Invalid(f"subagent names no agent of this organization: {name!r}.", field="args.agent")
+    if parent is not None and parent.tool == "subagent":
+        # A subagent's calls are its own: they take its profile's recovery modes.
+        sub_agent = Agent.objects.filter(org_id=run.org_id, name=parent.args.get("agent")).first()
+        profile = getattr(sub_agent, "profile", None) if sub_agent else profile
     step = Step.objects.create(
         run=run,
         seq=seq,

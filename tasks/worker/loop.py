@@ -161,6 +161,17 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+NESTED_BASE = 100_000  # nested step numbers: parent seq * NESTED_BASE + position (plans hold ≤ 10,000 steps)
+
+
+class _Early(Exception):
+    """A nested step ended the run early (stopped, failed, shut down): unwind to the run loop."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
 class RunExecutor:
     """Executes one claimed run. `execute()` returns its Outcome and never raises a runner error."""
 
@@ -187,6 +198,7 @@ class RunExecutor:
         # Follow-ups from people; a scripted plan has no use for them yet, an LLM agent would.
         self.messages: list[Any] = list(claim.get("messages") or [])
         self.workspace: str | None = claim.get("workspace")
+        self.last_result: Any = None
 
     def execute(self) -> Outcome:
         try:
@@ -222,7 +234,11 @@ class RunExecutor:
             if seq in self.dropped:
                 log.info("run %s step %d %s: dropped by its recovery mode", self.run, seq, step["tool"])
                 continue
-            if (early := self._step(seq, step["tool"], dict(step.get("args") or {}))) is not None:
+            try:
+                early = self._step(seq, step["tool"], dict(step.get("args") or {}))
+            except _Early as stop:
+                return stop.outcome
+            if early is not None:
                 return early
         return self._finish(Outcome.SUCCEEDED)
 
@@ -237,9 +253,9 @@ class RunExecutor:
             return Outcome.SHUTDOWN
         return None
 
-    def _step(self, seq: int, tool: str, args: dict) -> Outcome | None:
+    def _step(self, seq: int, tool: str, args: dict, parent_seq: int | None = None) -> Outcome | None:
         try:
-            planned = self.client.plan(self.run, self.epoch, seq, tool, args)
+            planned = self.client.plan(self.run, self.epoch, seq, tool, args, parent_seq=parent_seq)
         except StaleLease:
             raise
         except RunnerError as exc:
@@ -274,7 +290,11 @@ class RunExecutor:
         if self.heartbeat.lease_gone:
             raise _LeaseLost
 
-        ok, result, error, interrupted = self._run_tool(tool, args)
+        if tool == "subagent" and parent_seq is None:
+            ok, result, error, interrupted = self._subagent(seq, args)
+        else:
+            ok, result, error, interrupted = self._run_tool(tool, args)
+        self.last_result = result
         self.faults.check("before_complete", seq, self.attempt, on_hang=self.heartbeat.halt)
         if self.heartbeat.lease_gone:
             raise _LeaseLost
@@ -294,6 +314,42 @@ class RunExecutor:
         if ok:
             return None
         return self._finish(Outcome.FAILED, "step_failed", f"Step {seq} ({tool}) failed: {error}")
+
+    def _subagent(self, seq: int, args: dict) -> tuple[bool, Any, str | None, bool]:
+        """Run a subagent's own plan as steps nested under `seq`, numbered `seq * NESTED_BASE + i`.
+
+        Its calls checkpoint like any other; in a continuation the ones that
+        completed are reused, so the subagent resumes under its own identity
+        instead of being started again.
+        """
+        agent = args.get("agent")
+        try:
+            steps = _plan_steps(args.get("input"))
+        except ValueError as exc:
+            return False, None, f"subagent input is not a valid plan: {exc}", False
+        if not isinstance(agent, str) or not agent:
+            return False, None, "subagent needs an `agent` name", False
+        if len(steps) >= NESTED_BASE:
+            return False, None, f"a subagent plan holds fewer than {NESTED_BASE} steps", False
+        results = []
+        for i, step in enumerate(steps, start=1):
+            nested = seq * NESTED_BASE + i
+            if (early := self._at_boundary(nested)) is not None:
+                raise _Early(early)
+            if nested in self.reused:
+                results.append(self.reused[nested])
+                continue
+            if nested in self.dropped:
+                results.append(None)
+                continue
+            if step["tool"] == "subagent":
+                return False, None, "a subagent cannot start another subagent", False
+            early = self._step(nested, step["tool"], dict(step.get("args") or {}), parent_seq=seq)
+            if early is not None:
+                raise _Early(early)
+            results.append(self.last_result)
+        # Its nested calls were each counted; the call itself adds nothing to the budget.
+        return True, {"agent": agent, "run": self.run, "result": results, "usage": 0}, None, False
 
     def _run_tool(self, tool: str, args: dict) -> tuple[bool, Any, str | None, bool]:
         """(ok, result, error, interrupted). Any exception from a tool is a failed step."""
