@@ -302,7 +302,9 @@ def classify(facts: RunFacts) -> Diagnosis:
 
     for v in top:
         step = by_seq[v.seq]
-        if v.verdict == UNKNOWN_OUTCOME:
+        if v.verdict == UNKNOWN_OUTCOME and step.tool == "subagent":
+            reasons.append(Reason("unknown_outcome", v.detail, v.seq))  # names the nested call
+        elif v.verdict == UNKNOWN_OUTCOME:
             reasons.append(
                 Reason(
                     "unknown_outcome",

@@ -113,13 +113,30 @@ def test_a_failed_step_keeps_its_failure_and_needs_a_decision():
 def test_a_nested_call_of_unknown_outcome_parks_the_run():
     nested = step(3, "dispatched", "notify", tool="file_write", args={"path": "sub.txt"}, parent_seq=2)
     d = classify(
-        facts(
-            step(1), step(2, "dispatched", "replay", tool="subagent"), nested, plan=plan_of(("file_read", "subagent"))
-        )
+        facts(step(1), step(2, "dispatched", "replay", tool="batch"), nested, plan=plan_of(("file_read", "batch")))
     )
     assert d.disposition == c.NEEDS_DECISION
     r = reason(d, "unknown_outcome")
     assert r.seq == 3 and "under step 2" in r.detail
+
+
+def test_a_subagent_cut_off_in_a_nested_write_is_one_decision_about_the_subagent_call():
+    nested = step(3, "dispatched", "notify", tool="file_write", args={"path": "sub.txt"}, parent_seq=2)
+    parent = step(2, "dispatched", "notify", tool="subagent", args={"agent": "scout", "input": {"steps": []}})
+    d = classify(facts(step(1), parent, nested, plan=plan_of(("file_read", "subagent"))))
+    assert d.disposition == c.NEEDS_DECISION
+    reasons = [r for r in d.reasons if r.code == "unknown_outcome"]
+    assert len(reasons) == 1 and reasons[0].seq == 2
+    assert "scout" in reasons[0].detail and "file_write" in reasons[0].detail and "step 3" in reasons[0].detail
+
+
+def test_a_subagent_cut_off_in_a_safe_call_resumes_by_itself():
+    done = step(3, "completed", "notify", tool="bash", parent_seq=2)
+    cut = step(4, "dispatched", "replay", tool="sleep", parent_seq=2)
+    parent = step(2, "dispatched", "notify", tool="subagent", args={"agent": "scout", "input": {"steps": []}})
+    d = classify(facts(step(1), parent, done, cut, plan=plan_of(("file_read", "subagent"))))
+    assert d.disposition == c.AUTO_RESUMABLE
+    assert d.verdict_of(2) == c.REPLAY
 
 
 def plan_of(tools) -> dict:
