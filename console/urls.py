@@ -33,6 +33,7 @@ api = [
         name="runner-step-complete",
     ),
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
+    path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
 

@@ -334,6 +334,33 @@ class FinishView(RunnerView):
         return idempotent(request, handle)
 
 
+class ChildTaskView(RunnerView):
+    class ChildTaskInputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        title = serializers.CharField(max_length=300)
+        input = serializers.JSONField()
+        agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+
+    @extend_schema(request=ChildTaskInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request, run_id: int):
+        data = self.ChildTaskInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            task = services.task_create_child(
+                worker=request.user,
+                run_id=run_id,
+                epoch=v["epoch"],
+                title=v["title"],
+                input=v["input"],
+                agent=v["agent"],
+            )
+            return Response({"task": task.pk, "parent": task.parent_id}, status=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)
+
+
 # --- events ------------------------------------------------------------------------
 
 

@@ -454,6 +454,23 @@ def step_complete(
     return step, run.status == RunStatus.STOPPING
 
 
+@transaction.atomic
+def task_create_child(*, worker: Worker, run_id: int, epoch: int, title: str, input: dict, agent: str = "") -> Task:
+    """The `task_create` tool: a run creates a child task of its own task (fenced by its lease)."""
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    task = Task.objects.select_related("org", "agent").get(pk=run.task_id)
+    return task_create(
+        org=task.org,
+        actor=worker,
+        title=title,
+        agent=agent or task.agent.name,
+        input=input,
+        parent=task.pk,
+        private=task.private,
+        creator=task.creator,
+    )
+
+
 def _request_stop(run: Run, *, actor, reason: str) -> None:
     """running → stopping, inside the caller's transaction, with its event."""
     updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(

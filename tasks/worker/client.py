@@ -125,6 +125,10 @@ class RunnerClient:
             body["parent_seq"] = parent_seq
         return self._post(f"/api/runner/runs/{run}/steps/", body) or {}
 
+    def create_task(self, run: int, epoch: int, title: str, input: dict, agent: str = "") -> dict:
+        body = {"epoch": epoch, "title": title, "input": input, "agent": agent}
+        return self._post(f"/api/runner/runs/{run}/tasks/", body) or {}
+
     def dispatch(self, run: int, epoch: int, seq: int) -> dict:
         return self._post(f"/api/runner/runs/{run}/steps/{seq}/dispatch/", {"epoch": epoch}) or {}
 

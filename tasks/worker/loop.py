@@ -292,6 +292,8 @@ class RunExecutor:
 
         if tool == "subagent" and parent_seq is None:
             ok, result, error, interrupted = self._subagent(seq, args)
+        elif tool == "task_create":
+            ok, result, error, interrupted = self._task_create(args)
         else:
             ok, result, error, interrupted = self._run_tool(tool, args)
         self.last_result = result
@@ -350,6 +352,21 @@ class RunExecutor:
             results.append(self.last_result)
         # Its nested calls were each counted; the call itself adds nothing to the budget.
         return True, {"agent": agent, "run": self.run, "result": results, "usage": 0}, None, False
+
+    def _task_create(self, args: dict) -> tuple[bool, Any, str | None, bool]:
+        """A child task of this run's task, created through the runner API (its side effect is on the server)."""
+        title, plan = args.get("title"), args.get("input")
+        if not isinstance(title, str) or not title.strip():
+            return False, None, "task_create needs a `title`", False
+        try:
+            created = self.client.create_task(self.run, self.epoch, title, plan, agent=args.get("agent") or "")
+        except StaleLease:
+            raise
+        except RunnerError as exc:
+            if exc.status in REFUSED_STATUSES:
+                return False, None, f"task_create was refused: {exc.detail}", False
+            raise
+        return True, {"task": created.get("task")}, None, False
 
     def _run_tool(self, tool: str, args: dict) -> tuple[bool, Any, str | None, bool]:
         """(ok, result, error, interrupted). Any exception from a tool is a failed step."""

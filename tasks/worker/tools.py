@@ -458,8 +458,8 @@ TOOLS: dict[str, Tool] = {
     "memory_store": memory_store,
     "memory_update": memory_update,
     "memory_delete": memory_delete,
-    "task_create": _not_available("task_create"),
-    "subagent": _not_available("subagent"),
+    "task_create": _not_available("task_create"),  # run by the executor: it needs the runner API
+    "subagent": _not_available("subagent"),  # run by the executor as nested steps
 }
 
 

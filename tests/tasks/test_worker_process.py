@@ -126,3 +126,27 @@ def test_a_worker_killed_after_dispatch_leaves_the_step_dispatched_and_the_super
     assert run.status == "interrupted" and run.error_code == "lease_lapsed"
     assert Event.objects.filter(run=run, kind="run_interrupted").count() == 1
     assert set(Step.objects.filter(run=run).values_list("seq", "phase")) == {(1, "completed"), (2, "dispatched")}
+
+
+def test_task_create_makes_a_child_task_that_a_worker_then_runs(daphne_server, org, agent):
+    token = worker_token(org)
+    task = task_create(
+        org=org,
+        actor="t",
+        title="parent",
+        agent="builder",
+        input=plan(
+            ("task_create", {"title": "child", "input": plan(("file_write", {"path": "c.txt", "content": "c"}))})
+        ),
+    )
+    proc = start_worker(daphne_server, token)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    step = Step.objects.get(run__task=task, seq=1)
+    child = task.children.get()
+    assert step.phase == "completed" and step.result == {"task": child.pk} and step.recovery_mode == "notify"
+    assert child.title == "child" and child.agent_id == task.agent_id and child.runs.get().status == "queued"
+    proc = start_worker(daphne_server, token)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert (Path(child.workspace) / "c.txt").read_text() == "c"
