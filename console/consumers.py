@@ -32,7 +32,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
         self.subscribed = False
         self.watchdog = None
-        self.page_cursor = 0  # the newest event the page is known to reflect
+        # The newest event the page is known to reflect: the page says so in the URL
+        # (and again in each resync), so a batch it already shows is never pushed.
+        try:
+            self.page_cursor = int((query.get("after") or ["0"])[0])
+        except ValueError:
+            self.page_cursor = 0
         self.user = await get_user(self.scope)
         await self.accept()
         if not self.user.is_authenticated:

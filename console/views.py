@@ -69,7 +69,7 @@ def board(request):
             "next_cursor": next_cursor,
             "count_text": count_text,
             "nav": "board",
-            "ws_path": "/ws/board/?" + urlencode({"state": state, "q": q}),
+            "ws_path": "/ws/board/?" + urlencode({"state": state, "q": q, "after": last_event}),
             "last_event": last_event,
         },
     )
@@ -117,7 +117,7 @@ def task_view(request, task_id: int):
     return _page(
         request,
         "console/task.html",
-        {**parts, "nav": "board", "ws_path": f"/ws/tasks/{task_id}/", "last_event": cursor},
+        {**parts, "nav": "board", "ws_path": f"/ws/tasks/{task_id}/?after={cursor}", "last_event": cursor},
     )
 
 
@@ -140,7 +140,7 @@ def run_view(request, agent: str, run_id: int):
             "disposition_text": ctx["disposition_text"],
             "continued_by": ctx["continued_by"],
             "nav": "board",
-            "ws_path": f"/ws/runs/{run.pk}/",
+            "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
             "last_event": cursor,
         },
     )
