@@ -1,10 +1,10 @@
-"""Two people acting on one card at the same moment admit exactly one attempt (PostgreSQL row locks)."""
+"""Two people acting on one card at once admit exactly one attempt, on PostgreSQL and on SQLite."""
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from recovery.models import RecoveryAttempt
 from tasks.models import Run
@@ -12,13 +12,9 @@ from tests.conftest import token_client
 from tests.factories import make_member, user_token
 from tests.recovery import engine as e
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(autouse=True)
-def _postgres_only():
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite has one writer at a time: racing writers need PostgreSQL's row locks")
 
 
 def race(requests):

@@ -4,7 +4,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.db.models import F
 
 from recovery.models import RecoveryAction
@@ -190,11 +190,8 @@ def test_an_auto_resumable_run_under_a_paused_parent_waits_for_the_parent(org, a
 # --- concurrency -----------------------------------------------------------------------------------
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_four_supervisors_at_once_recover_each_of_20_runs_exactly_once(org, agent):
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite has one writer at a time: concurrent supervisors need PostgreSQL's row locks")
     crashed = [e.interrupted(org, SAFE3 if i % 2 else [e.SAFE, e.WRITE], 2, title=f"t{i}") for i in range(20)]
     start = threading.Barrier(4)
 
@@ -223,11 +220,8 @@ def test_four_supervisors_at_once_recover_each_of_20_runs_exactly_once(org, agen
     assert e.counts() == before
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_four_supervisors_at_once_settle_each_started_retry_exactly_once(org, agent, operator):
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite has one writer at a time: concurrent supervisors need PostgreSQL's row locks")
     from recovery.actions import action_retry
 
     # Every crash lapses every live lease, so crash all first, then retry and start each continuation.

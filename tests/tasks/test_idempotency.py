@@ -86,11 +86,8 @@ def test_a_stop_key_reused_for_another_run_conflicts_and_stops_nothing(api, agen
     assert Run.objects.get(pk=queued).status == "queued"
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_key_create_one_task():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: SQLite serializes writers, so there is no race to lose")
     org = make_org("acme")
     make_agent(org, "builder")
     key = user_token(make_member(org, "olive", "operator"))
