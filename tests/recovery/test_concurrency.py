@@ -15,8 +15,6 @@ from tests.recovery import engine as e
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-
-
 def race(requests):
     """Send every request at the same moment, each from its own thread and client; return the responses."""
     start = threading.Barrier(len(requests))
