@@ -17,7 +17,7 @@ from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
 from recovery.selectors import action_detail, task_count, task_detail, task_page
 from tasks import services
-from tasks.errors import NotFound, ServiceError
+from tasks.errors import Forbidden, NotFound, ServiceError
 from tasks.models import Agent, Role
 from tasks.selectors import memberships_of, primary_membership, visible_runs, visible_tasks
 
@@ -237,26 +237,26 @@ def _operator_task(request, task_id: int):
     if task is None:
         raise Http404("No such task.")
     if not can_operate(request.user, task.org_id):
-        return task, ServiceError("This needs the operator role.", code="forbidden", status_code=403)
+        return task, Forbidden("This needs the operator role.")
     return task, None
 
 
-@login_required
-@require_POST
-def task_pause(request, task_id: int):
-    task, refusal = _operator_task(request, task_id)
-    if refusal is None:
-        services.task_pause(actor=request.user, task=task)
-    return _header_response(request, task_id, error=refusal)
+def _task_header_action(service):
+    """A header button (pause, resume): one service call, then the re-rendered header."""
+
+    @login_required
+    @require_POST
+    def view(request, task_id: int):
+        task, refusal = _operator_task(request, task_id)
+        if refusal is None:
+            service(actor=request.user, task=task)
+        return _header_response(request, task_id, error=refusal)
+
+    return view
 
 
-@login_required
-@require_POST
-def task_resume(request, task_id: int):
-    task, refusal = _operator_task(request, task_id)
-    if refusal is None:
-        services.task_resume(actor=request.user, task=task)
-    return _header_response(request, task_id, error=refusal)
+task_pause = _task_header_action(services.task_pause)
+task_resume = _task_header_action(services.task_resume)
 
 
 @login_required

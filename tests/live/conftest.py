@@ -28,7 +28,7 @@ def chromium(request):
     after stopping it; a shared Playwright keeps its loop for the whole session.
     """
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (or `make browser`)")
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or `make browser`)")
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with ExitStack() as stack:
