@@ -1,6 +1,10 @@
 import json
+from datetime import UTC
 
 from django import template
+from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -13,3 +17,18 @@ def pretty_json(value, limit: int = 4000) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[:limit] + "\n… (cut; the API has it whole)"
+
+
+@register.filter
+def when(value):
+    """A time as people read it: relative text ("3 minutes ago") inside
+    `<time datetime=… title=absolute>`. The one format for times on every page."""
+    if not value:
+        return ""
+    value = timezone.localtime(value, UTC) if timezone.is_aware(value) else value
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        value.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        naturaltime(value),
+    )
