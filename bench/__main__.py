@@ -412,7 +412,6 @@ def _seed_batch(org, agent, operator, shapes, now, idx: range) -> None:
                     attempts=0 if action_status == "open" else 2,
                     max_attempts=2,
                     due_at=now + timedelta(days=1),
-                    next_action="bench",
                 )
             )
     RecoveryAction.objects.bulk_create(actions)

@@ -1,192 +1,277 @@
-"""One render function per card. The page, the action response and the live push all use these."""
+"""One render function per card. The page, the action response and the live push all use these.
 
-from dataclasses import dataclass
+Every word comes from recovery.presenter; this module gathers the loaded rows
+it needs and hands the presenter's views to the templates.
+"""
 
-from django.db.models import Prefetch
+from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 
-from console import phrases
-from console.permissions import can_admin, can_operate
-from recovery.actions import current_gate
-from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
-from recovery.presenters import task_state
+from recovery import presenter
+from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
+from recovery.presenters import action_view_of
 from recovery.selectors import diagnose, task_detail
-from tasks.models import LIVE_RUN_STATUSES, Run, Step, Task
+from tasks.authz import can_admin, can_operate
+from tasks.holds import task_hold
+from tasks.models import LIVE_RUN_STATUSES, Agent, Run, Step, Task
+from tasks.selectors import task_facts
 
 FINAL_FOR_DIAGNOSIS = ("interrupted", "stopped")
 
 
-@dataclass
-class Progress:
-    """Where the latest attempt stands, told only as far as the evidence goes."""
-
-    phase: str  # requested | continuing | finished | rejected
-    attempt: object
-    run: Run | None
-
-
-def action_progress(action: RecoveryAction) -> Progress | None:
-    attempts = list(action.attempt_history.all())
-    if not attempts:
-        return None
-    latest = attempts[-1]
-    run = latest.continuation_run
-    if latest.outcome == "rejected":
-        return Progress("rejected", latest, run)
-    if run is None or run.status == "queued":
-        return Progress("requested", latest, run)
-    if run.status in ("running", "stopping"):
-        return Progress("continuing", latest, run)
-    return Progress("finished", latest, run)
+# --- recovery actions ---------------------------------------------------------------
 
 
 def action_context(
-    action: RecoveryAction, user, *, message: str = "", message_code: str = "", task_runs: dict | None = None
+    action: RecoveryAction, user, *, message: str = "", message_code: str = "", task_runs=None, typed=None
 ) -> dict:
-    live_gate = action.status in (ActionStatus.OPEN, ActionStatus.EXHAUSTED)
-    gate = current_gate(action, task_runs=task_runs) if live_gate else None
+    view = action_view_of(action, user=user, task_runs=task_runs)
     evidence = action.evidence or {}
-    operate = can_operate(user, action.org_id)
     return {
         "action": action,
-        "cause_text": phrases.cause(action.cause),
+        "view": view,
         "reasons": evidence.get("reasons", []),
         "evidence": evidence,
+        "dispatched_at": _parse(evidence.get("dispatched_at")),
         "is_unknown": action.kind == ActionKind.UNKNOWN_OUTCOME,
         "original_owner": action.original_owner.name,
-        "recovery_owner": phrases.owner(action.recovery_owner),
-        "pips": [i < action.attempts for i in range(max(action.max_attempts, action.attempts))],
-        "gate": gate,
-        "gate_text": phrases.GATES.get(gate.gate, gate.gate) if gate else "",
-        "progress": action_progress(action),
+        "recovery_owner": presenter.owner(action.recovery_owner),
         "live": action.live,
-        "can_operate": operate,
-        "can_admin": can_admin(user, action.org_id),
+        "can_operate": can_operate(user, action.org_id),
         "message": message,
         "message_code": message_code,
+        "typed": typed or {},
     }
+
+
+def _parse(value):
+    from django.utils.dateparse import parse_datetime
+
+    try:
+        return parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def render_action_card(
-    action: RecoveryAction, *, user, request=None, message: str = "", message_code: str = "", task_runs=None
+    action: RecoveryAction,
+    *,
+    user,
+    request=None,
+    message: str = "",
+    message_code: str = "",
+    task_runs=None,
+    typed=None,
+    oob: bool = False,
 ) -> str:
-    ctx = action_context(action, user, message=message, message_code=message_code, task_runs=task_runs)
+    ctx = action_context(action, user, message=message, message_code=message_code, task_runs=task_runs, typed=typed)
+    ctx["oob"] = oob
     return render_to_string("console/cards/action.html#card", ctx, request=request)
 
 
-def task_header_context(task: Task, user, *, message: str = "") -> dict:
+# --- the task header ------------------------------------------------------------------
+
+
+def task_header_context(task: Task, user, *, message: str = "", typed=None) -> dict:
     actions = getattr(task, "action_list", [])
     live = [a for a in actions if a.live]
     current = getattr(task, "current_run", None)
-    state = task_state(task, current, actions)
+    hold = task_hold(task_facts(task))
+    last = current  # the latest run of the task
+    view = presenter.task_view(task, current, actions, hold=hold, last_run=last)
+    operate = can_operate(user, task.org_id)
+    closed = task.status in ("done", "cancelled")
+    run_live = current is not None and current.status in LIVE_RUN_STATUSES
+    agents = list(Agent.objects.filter(org_id=task.org_id).order_by("name").values_list("name", flat=True)[:200])
     return {
         "task": task,
-        "state": state,
-        "state_text": phrases.STATES.get(state, state),
+        "view": view,
+        "state": view.state,
         "current_run": current,
-        "recovery_owner": next((phrases.owner(a.recovery_owner) for a in live if a.recovery_owner), ""),
-        "can_operate": can_operate(user, task.org_id),
+        "recovery_owner": next((presenter.owner(a.recovery_owner) for a in live if a.recovery_owner), ""),
+        "can_operate": operate,
+        "can_admin": can_admin(user, task.org_id),
+        "closed": closed,
+        "run_live": run_live,
+        "can_continue": operate and not closed and not run_live and not live and bool(last),
+        "agents": agents,
+        "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
         "message": message,
+        "typed": typed or {},
     }
 
 
-def render_task_header(task: Task, *, user, request=None, message: str = "") -> str:
-    return render_to_string(
-        "console/cards/task.html#header", task_header_context(task, user, message=message), request=request
-    )
+def render_task_header(task: Task, *, user, request=None, message: str = "", typed=None, oob: bool = False) -> str:
+    ctx = task_header_context(task, user, message=message, typed=typed)
+    ctx["oob"] = oob
+    return render_to_string("console/cards/task.html#header", ctx, request=request)
+
+
+# --- runs -----------------------------------------------------------------------------
 
 
 def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     steps = run.step_list
     diagnosis = diagnose(run, steps, task_runs=task_runs) if run.status in FINAL_FOR_DIAGNOSIS else None
-    verdicts = {}
-    if diagnosis is not None:
-        verdicts = {(v.parent_seq, v.seq): v for v in diagnosis.steps}
+    verdicts = {(v.parent_seq, v.seq): v for v in diagnosis.steps} if diagnosis is not None else {}
+    disposition = diagnosis.disposition if diagnosis is not None else None
     rows = []
-    dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", [])}
     for s in steps:
-        verdict = verdicts.get((s.parent_seq, s.seq))
-        if s.reused_from_id:
-            label, note = "reused", "saved result carried over; not run again"
-        elif verdict is not None and verdict.verdict == "reuse":
-            label = "completed" if s.phase == "completed" else "failed"
-            note = "saved result; a continuation reuses it" if s.phase == "completed" else verdict.detail
-        elif verdict is not None:
-            label, note = phrases.VERDICTS.get(verdict.verdict, verdict.verdict), verdict.detail
-        else:
-            label, note = s.phase, ""
-        rows.append({"step": s, "label": label, "note": note})
-    continued_by = next(
-        (
-            r
-            for r in task_runs.values()
-            if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at is not None)
-        ),
+        row = presenter.step_row(
+            s,
+            run=run,
+            verdict=verdicts.get((s.parent_seq, s.seq)),
+            disposition=disposition,
+            reused_run_id=getattr(s, "reused_run_id", None),
+        )
+        rows.append(
+            {
+                "step": s,
+                "label": row.label,
+                "note": row.note,
+                "took": presenter.duration(s.dispatched_at, s.completed_at),
+            }
+        )
+    continuation = next(
+        (r for r in task_runs.values() if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at)),
         None,
     )
+    profile = getattr(run.agent, "profile", None)
+    auto_resume = profile.auto_resume if profile is not None else True
+    carried_messages = [m for m in getattr(run, "carried_messages", [])]
     return {
         "run": run,
+        "status_text": presenter.RUN_STATUSES.get(run.status, run.status),
+        "lines": presenter.run_lines(run, auto_resume=auto_resume),
         "rows": rows,
-        "dropped": sorted(x for x in dropped if x is not None),
+        "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
-        "disposition_text": phrases.DISPOSITIONS.get(diagnosis.disposition, "") if diagnosis else "",
-        "continued_by": continued_by,
+        "diagnosis_line": presenter.diagnosis_line(run, diagnosis, auto_resume=auto_resume, continued_by=continuation),
+        "continuation": continuation,
+        "continuation_started": bool(continuation and continuation.started_at),
+        "carried_messages": carried_messages,
+        "decisions": getattr(run, "carried_decisions", []),
         "can_operate": can_operate(user, run.org_id),
     }
 
 
-def render_run_card(run: Run, task_runs: dict[int, Run], *, user, request=None) -> str:
-    return render_to_string("console/cards/run.html#card", run_context(run, task_runs, user), request=request)
+def render_run_card(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    ctx = run_context(run, task_runs, user)
+    ctx["oob"] = oob
+    return render_to_string("console/cards/run.html#card", ctx, request=request)
+
+
+def task_runs_of(task_id: int) -> dict[int, Run]:
+    """Every run of the task with its steps, carried messages and decisions, in a fixed number of queries."""
+    from recovery.models import RecoveryAttempt
+    from tasks.models import Message
+
+    runs = (
+        Run.objects.filter(task_id=task_id)
+        .select_related("agent__profile")
+        .prefetch_related(
+            Prefetch(
+                "steps",
+                queryset=Step.objects.annotate(reused_run_id=F("reused_from__run_id")).order_by("seq"),
+                to_attr="step_list",
+            ),
+            Prefetch(
+                "messages",
+                queryset=Message.objects.select_related("author").order_by("created_at", "id"),
+                to_attr="carried_messages",
+            ),
+        )
+        .order_by("id")
+    )
+    by_id = {r.pk: r for r in runs}
+    decisions = RecoveryAttempt.objects.filter(continuation_run_id__in=list(by_id)).exclude(decision="")
+    for run in by_id.values():
+        run.carried_decisions = []
+    for attempt in decisions:
+        by_id[attempt.continuation_run_id].carried_decisions.append(attempt)
+    return by_id
+
+
+# --- board rows -------------------------------------------------------------------------
 
 
 def task_row_context(task: Task, user) -> dict:
     actions = getattr(task, "action_list", [])
     live = [a for a in actions if a.live]
     current = getattr(task, "current_run", None)
-    state = task_state(task, current, actions)
+    state = presenter.task_state(task, current, actions)
     lead = live[0] if live else None
+    why = ""
+    if lead is not None:
+        evidence = lead.evidence or {}
+        if lead.kind == ActionKind.UNKNOWN_OUTCOME and evidence.get("tool"):
+            why = f"Unknown outcome: {evidence['tool']}, step {lead.seq}."
+        else:
+            why = presenter.cause(lead.cause)
+    elif state == "stopping":
+        why = f"Run #{current.pk} is stopping."
+    elif state == "blocked":
+        if task.paused:
+            why = "Paused."
+        elif task.budget_exhausted:
+            why = f"Budget used up ({task.budget_used} of {task.budget_limit})."
     return {
         "task": task,
         "state": state,
-        "state_text": phrases.STATES.get(state, state),
+        "state_text": presenter.TASK_STATES[state],
         "current_run": current,
         "lead": lead,
-        "cause_text": phrases.cause(lead.cause) if lead else "",
-        "recovery_owner": phrases.owner(lead.recovery_owner) if lead else "",
+        "cause_text": why,
+        "recovery_owner": presenter.owner(lead.recovery_owner) if lead else "",
     }
 
 
-def render_task_row(task: Task, *, user, request=None) -> str:
-    return render_to_string("console/cards/task_row.html#row", task_row_context(task, user), request=request)
+def render_task_row(task: Task, *, user, request=None, oob: bool = False) -> str:
+    ctx = task_row_context(task, user)
+    ctx["oob"] = oob
+    return render_to_string("console/cards/task_row.html#row", ctx, request=request)
 
 
-def task_runs_of(task_id: int) -> dict[int, Run]:
-    """Every run of the task with its steps, in two queries whatever the size."""
-    runs = (
-        Run.objects.filter(task_id=task_id)
-        .select_related("agent")
-        .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
-        .order_by("id")
-    )
-    return {r.pk: r for r in runs}
+# --- the recovery column ----------------------------------------------------------------
 
 
-def render_recovery_section(task: Task, *, user, request=None, message: str = "", task_runs=None) -> str:
+def recovery_context(task: Task, *, user, request=None, task_runs=None) -> dict:
     live = [a for a in task.action_list if a.status in LIVE_ACTION_STATUSES]
     settled = [a for a in task.action_list if a.status not in LIVE_ACTION_STATUSES]
-    ctx = {
+    return {
         "task": task,
-        "messages": task.message_list,
-        "message": message,
         "can_operate": can_operate(user, task.org_id),
         "live_cards": [render_action_card(a, user=user, request=request, task_runs=task_runs) for a in live],
         "settled_cards": [render_action_card(a, user=user, request=request, task_runs=task_runs) for a in settled],
     }
-    return render_to_string("console/cards/sections.html#recovery", ctx, request=request)
 
 
-def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None) -> str:
+def render_actions(task: Task, *, user, request=None, task_runs=None, oob: bool = False) -> str:
+    ctx = recovery_context(task, user=user, request=request, task_runs=task_runs)
+    ctx["oob"] = oob
+    return render_to_string("console/cards/sections.html#actions", ctx, request=request)
+
+
+def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str:
+    ctx = {"task": task, "messages": task.message_list, "can_operate": can_operate(user, task.org_id), "oob": oob}
+    return render_to_string("console/cards/sections.html#messages", ctx, request=request)
+
+
+def render_composer(task: Task, *, user, request=None, message: str = "", body: str = "", oob: bool = False) -> str:
     ctx = {
+        "oob": oob,
+        "task": task,
+        "can_operate": can_operate(user, task.org_id),
+        "closed": task.status in ("done", "cancelled"),
+        "message": message,
+        "body": body,
+    }
+    return render_to_string("console/cards/sections.html#composer", ctx, request=request)
+
+
+def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    ctx = {
+        "oob": oob,
         "task": task,
         "run_cards": [render_run_card(r, task_runs, user=user, request=request) for r in task_runs.values()],
     }
@@ -200,6 +285,8 @@ def task_page_parts(task_id: int, *, user, request=None) -> dict:
     return {
         "task": task,
         "header_html": render_task_header(task, user=user, request=request),
-        "recovery_html": render_recovery_section(task, user=user, request=request, task_runs=task_runs),
+        "actions_html": render_actions(task, user=user, request=request, task_runs=task_runs),
+        "messages_html": render_messages(task, user=user, request=request),
+        "composer_html": render_composer(task, user=user, request=request),
         "chain_html": render_chain(task, task_runs, user=user, request=request),
     }

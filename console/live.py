@@ -36,11 +36,35 @@ def notice_fragment() -> str:
     )
 
 
-def _oob(html: str) -> str:
-    """Mark the fragment's root element as an out-of-band swap of the element with its id."""
-    html = html.strip()
-    head, sep, rest = html.partition(">")
-    return f'{head} hx-swap-oob="true"{sep}{rest}'
+MESSAGE_EVENTS = frozenset(
+    {
+        "message_saved",
+        "message_waiting",
+        "messages_admitted",
+        "messages_not_delivered",
+        "run_claimed",
+        "run_cancelled",
+        "run_stopped",
+    }
+)
+COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened"})
+
+
+def parts_for(kinds: set[str]) -> set[str]:
+    """Which parts of a task page an event batch changes, by the events' kinds.
+
+    The header (state, budget) follows every change; step events touch only
+    their run card; the follow-up composer is redrawn only when the task closes
+    or reopens, so a half-typed follow-up is never replaced by a push.
+    """
+    parts = {"header"}
+    if any(not k.startswith("step_") and not k.startswith("message") for k in kinds):
+        parts.add("actions")
+    if kinds & MESSAGE_EVENTS:
+        parts.add("messages")
+    if kinds & COMPOSER_EVENTS:
+        parts.add("composer")
+    return parts
 
 
 # --- access --------------------------------------------------------------------------
@@ -93,11 +117,18 @@ def board_snapshot(user, *, state: str, q: str) -> str:
 
 
 def task_snapshot(user, task_id: int) -> str:
+    """Every card of a task page from saved state (connect, reconnect). The composer keeps what is typed."""
     try:
-        parts = cards.task_page_parts(task_id, user=user)
+        task = task_detail(user, task_id)
     except NotFound:
         return ""
-    return _oob(parts["header_html"]) + _oob(parts["recovery_html"]) + _oob(parts["chain_html"])
+    task_runs = cards.task_runs_of(task.pk)
+    return (
+        cards.render_task_header(task, user=user, oob=True)
+        + cards.render_actions(task, user=user, task_runs=task_runs, oob=True)
+        + cards.render_messages(task, user=user, oob=True)
+        + cards.render_chain(task, task_runs, user=user, oob=True)
+    )
 
 
 def run_snapshot(user, run_id: int) -> str:
@@ -105,7 +136,7 @@ def run_snapshot(user, run_id: int) -> str:
     if run is None:
         return ""
     task_runs = cards.task_runs_of(run.task_id)
-    return _oob(cards.render_run_card(task_runs[run_id], task_runs, user=user))
+    return cards.render_run_card(task_runs[run_id], task_runs, user=user, oob=True)
 
 
 # --- updates (from the relay) --------------------------------------------------------
@@ -128,7 +159,8 @@ def board_rows(task_ids: set[int], *, viewer) -> dict[int, BoardRow]:
     )
     attach_current_runs(tasks)
     return {
-        t.pk: BoardRow(_oob(cards.render_task_row(t, user=viewer)), t.private, t.creator_id, t.org_id) for t in tasks
+        t.pk: BoardRow(cards.render_task_row(t, user=viewer, oob=True), t.private, t.creator_id, t.org_id)
+        for t in tasks
     }
 
 
@@ -142,18 +174,28 @@ def new_board_row(row: BoardRow) -> str:
     return f'<tbody hx-swap-oob="afterbegin:#board-rows">{html}</tbody>'
 
 
-def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int]) -> str:
-    """Header, recovery column and the changed runs of a task page, for the viewer's role."""
+def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str]) -> str:
+    """The parts of a task page that the events changed, for the viewer's role."""
     try:
         task = task_detail(viewer, task_id)
     except NotFound:
         return ""
-    out = [_oob(cards.render_task_header(task, user=viewer)), _oob(cards.render_recovery_section(task, user=viewer))]
-    if run_ids or new_run_ids:
-        task_runs = cards.task_runs_of(task_id)
+    parts = parts_for(kinds)
+    task_runs = cards.task_runs_of(task_id) if (run_ids or new_run_ids or "actions" in parts) else None
+    if task_runs is not None:
+        # A continuation starting or ending changes what its source run's card says too.
+        run_ids = run_ids | {task_runs[r].continues_id for r in run_ids if r in task_runs and task_runs[r].continues_id}
+    out = [cards.render_task_header(task, user=viewer, oob=True)]
+    if "actions" in parts:
+        out.append(cards.render_actions(task, user=viewer, task_runs=task_runs, oob=True))
+    if "messages" in parts:
+        out.append(cards.render_messages(task, user=viewer, oob=True))
+    if "composer" in parts:
+        out.append(cards.render_composer(task, user=viewer, oob=True))
+    if task_runs is not None:
         for rid in sorted(run_ids - new_run_ids):
             if rid in task_runs:
-                out.append(_oob(cards.render_run_card(task_runs[rid], task_runs, user=viewer)))
+                out.append(cards.render_run_card(task_runs[rid], task_runs, user=viewer, oob=True))
         for rid in sorted(new_run_ids):
             if rid in task_runs:
                 card = cards.render_run_card(task_runs[rid], task_runs, user=viewer)

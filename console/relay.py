@@ -224,7 +224,11 @@ class Relay:
                 if key not in renders:
                     if consumer.page == "task":
                         renders[key] = await database_sync_to_async(live.task_update)(
-                            task_id, viewer=consumer.user, run_ids=run_ids, new_run_ids=new_runs
+                            task_id,
+                            viewer=consumer.user,
+                            run_ids=run_ids,
+                            new_run_ids=new_runs,
+                            kinds={e.kind for e in task_events},
                         )
                     else:
                         renders[key] = await database_sync_to_async(live.run_update)(

@@ -8,17 +8,17 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpRespo
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console import cards, phrases
+from console import cards
 from console.live import last_event_id
-from console.permissions import can_admin, can_operate
 from recovery import actions as recovery_actions
-from recovery import followups
+from recovery import controls, followups, presenter
 from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
 from recovery.selectors import action_detail, task_count, task_detail, task_page
 from tasks import services
-from tasks.errors import Forbidden, NotFound, ServiceError
-from tasks.models import Agent, Role
+from tasks.authz import can_admin
+from tasks.errors import Invalid, NotFound, ServiceError
+from tasks.models import Agent, Role, Task
 from tasks.selectors import memberships_of, primary_membership, visible_runs, visible_tasks
 
 TABS = (
@@ -94,7 +94,12 @@ def inbox(request):
         .order_by("urgency", "due_at", "id")[:200]
     )
     items = [
-        {"action": a, "cause_text": phrases.cause(a.cause), "owner": phrases.owner(a.recovery_owner) or "operators"}
+        {
+            "action": a,
+            "badge": "Exhausted" if a.status == ActionStatus.EXHAUSTED else "Needs decision",
+            "cause_text": presenter.cause(a.cause),
+            "owner": presenter.owner(a.recovery_owner) or "operators",
+        }
         for a in live
     ]
     return _page(request, "console/inbox.html", {"items": items, "nav": "inbox"})
@@ -129,6 +134,7 @@ def run_view(request, agent: str, run_id: int):
     cursor = last_event_id()
     task_runs = cards.task_runs_of(run.task_id)
     run = task_runs[run.pk]
+    run.task = Task.objects.get(pk=run.task_id)
     ctx = cards.run_context(run, task_runs, request.user)
     return _page(
         request,
@@ -137,8 +143,9 @@ def run_view(request, agent: str, run_id: int):
             "run": run,
             "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
             "diagnosis": ctx["diagnosis"],
-            "disposition_text": ctx["disposition_text"],
-            "continued_by": ctx["continued_by"],
+            "diagnosis_line": ctx["diagnosis_line"],
+            "continuation": ctx["continuation"],
+            "continuation_started": ctx["continuation_started"],
             "nav": "board",
             "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
             "last_event": cursor,
@@ -166,6 +173,7 @@ def _card_response(request, action_id: int, *, error: ServiceError | None = None
         request=request,
         message=error.detail if error else "",
         message_code=error.code if error else "",
+        typed=_typed(request, ("note", "reason", "accept_duplicate_risk")) if error else None,
     )
     return HttpResponse(html, status=error.status_code if error else 200)
 
@@ -176,6 +184,11 @@ def _version(request) -> int | None:
 
 def _checked(request, name: str) -> bool:
     return request.POST.get(name) in ("1", "on", "true")
+
+
+def _typed(request, names) -> dict:
+    """What the person typed, handed back when the server refuses a form: nothing typed is lost."""
+    return {n: request.POST.get(n, "") for n in names if request.POST.get(n) not in (None, "")}
 
 
 @login_required
@@ -224,39 +237,93 @@ def action_cancel(request, action_id: int):
     return _card_response(request, action_id)
 
 
-def _header_response(request, task_id: int, *, error: ServiceError | None = None):
+def _header_response(request, task_id: int, *, error: ServiceError | None = None, typed=None):
     task = _task_or_404(request, task_id)
     if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
-    html = cards.render_task_header(task, user=request.user, request=request, message=error.detail if error else "")
+    html = cards.render_task_header(
+        task, user=request.user, request=request, message=error.detail if error else "", typed=typed if error else None
+    )
     return HttpResponse(html, status=error.status_code if error else 200)
 
 
-def _operator_task(request, task_id: int):
+def _visible_task(request, task_id: int) -> Task:
     task = visible_tasks(request.user).filter(pk=task_id).first()
     if task is None:
         raise Http404("No such task.")
-    if not can_operate(request.user, task.org_id):
-        return task, Forbidden("This needs the operator role.")
-    return task, None
+    return task
 
 
-def _task_header_action(service):
-    """A header button (pause, resume): one service call, then the re-rendered header."""
+def _task_header_action(call, fields=()):
+    """A header control: one service call (which authorizes the user), then the re-rendered header.
+
+    A refusal comes back inside the header with what was typed.
+    """
 
     @login_required
     @require_POST
     def view(request, task_id: int):
-        task, refusal = _operator_task(request, task_id)
-        if refusal is None:
-            service(actor=request.user, task=task)
-        return _header_response(request, task_id, error=refusal)
+        task = _visible_task(request, task_id)
+        error = None
+        try:
+            call(request, task)
+        except ServiceError as exc:
+            error = exc
+        return _header_response(request, task_id, error=error, typed=_typed(request, fields))
 
     return view
 
 
-task_pause = _task_header_action(services.task_pause)
-task_resume = _task_header_action(services.task_resume)
+def _limit(value: str):
+    value = (value or "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or len(value) > 19:
+        raise Invalid("The budget limit must be a whole number (or empty for no limit).", field="limit")
+    return int(value)
+
+
+def _task_id(value: str) -> int:
+    value = (value or "").strip().lstrip("#")
+    if not value.isdigit() or len(value) > 18:
+        raise Invalid("Give a task number, like 42.", field="add")
+    return int(value)
+
+
+task_pause = _task_header_action(lambda r, t: services.task_pause(actor=r.user, task=t))
+task_resume = _task_header_action(lambda r, t: services.task_resume(actor=r.user, task=t))
+task_continue = _task_header_action(lambda r, t: controls.task_continue(user=r.user, task_id=t.pk))
+task_owner = _task_header_action(
+    lambda r, t: controls.task_reassign(
+        user=r.user, task_id=t.pk, agent=r.POST.get("agent", ""), reason=r.POST.get("owner_reason", "")
+    ),
+    ("owner_reason",),
+)
+task_close = _task_header_action(
+    lambda r, t: controls.task_close(
+        user=r.user, task_id=t.pk, resolution=r.POST.get("resolution", ""), reason=r.POST.get("reason", "")
+    ),
+    ("reason",),
+)
+task_reopen = _task_header_action(
+    lambda r, t: controls.task_reopen(user=r.user, task_id=t.pk, reason=r.POST.get("reason", "")), ("reason",)
+)
+task_budget = _task_header_action(
+    lambda r, t: controls.task_budget(
+        user=r.user, task_id=t.pk, limit=_limit(r.POST.get("limit", "")), reason=r.POST.get("budget_reason", "")
+    ),
+    ("limit", "budget_reason"),
+)
+
+
+def _dependencies(request, task):
+    remove = request.POST.get("remove")
+    if remove:
+        return controls.task_dependencies(user=request.user, task_id=task.pk, remove=[_task_id(remove)])
+    return controls.task_dependencies(user=request.user, task_id=task.pk, add=[_task_id(request.POST.get("add"))])
+
+
+task_dependencies = _task_header_action(_dependencies, ("add",))
 
 
 @login_required
@@ -265,10 +332,12 @@ def run_stop(request, run_id: int):
     run = visible_runs(request.user).filter(pk=run_id).first()
     if run is None:
         raise Http404("No such run.")
-    _, refusal = _operator_task(request, run.task_id)
-    if refusal is None:
+    error = None
+    try:
         services.run_request_stop(actor=request.user, run=run)
-    return _header_response(request, run.task_id, error=refusal)
+    except ServiceError as exc:
+        error = exc
+    return _header_response(request, run.task_id, error=error)
 
 
 @login_required
@@ -283,9 +352,16 @@ def task_message(request, task_id: int):
     if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
     task = _task_or_404(request, task_id)
-    html = cards.render_recovery_section(
-        task, user=request.user, request=request, message=error.detail if error else ""
+    html = cards.render_composer(
+        task,
+        user=request.user,
+        request=request,
+        message=error.detail if error else "",
+        body=request.POST.get("body", "") if error else "",
     )
+    if error is None:
+        # The new message shows at once; the live push brings the same list to other tabs.
+        html += cards.render_messages(task, user=request.user, request=request, oob=True)
     return HttpResponse(html, status=error.status_code if error else 200)
 
 

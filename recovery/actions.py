@@ -1,8 +1,10 @@
-"""Recovery actions and their attempts. Each function is one transaction and appends its events.
+"""Recovery actions and their attempts. Each function is one transaction and appends one event.
 
 Operator writes carry the `version` they saw: a stale one is refused
 (`StaleVersion`) and changes nothing. Gates are evaluated at the moment of the
-admission, never taken from what a card showed.
+admission, never taken from what a card showed. Status moves go through the
+table in `recovery.transitions`; an action is settled by the fact that settles
+it, in that fact's transaction (`recovery.settle`), not by a later sweep.
 """
 
 from datetime import timedelta
@@ -14,7 +16,6 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery.continuations import continuation_create
-from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import (
     LIVE_ACTION_STATUSES,
     ActionKind,
@@ -23,71 +24,59 @@ from recovery.models import (
     RecoveryAction,
     RecoveryAttempt,
 )
-from recovery.selectors import chain_of, diagnose
-from tasks.errors import Forbidden, GateClosed, Invalid, NotEligible, NotFound, StaleVersion
+from recovery.selectors import current_gate, diagnose
+from recovery.transitions import ACTIONS
+from tasks.authz import require_role
+from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
 from tasks.events import event_append
-from tasks.models import LEASED_RUN_STATUSES, Role, Run, RunStatus, Task
-from tasks.selectors import membership_in
-from tasks.services import run_cancel_queued, task_facts
+from tasks.models import Role, Run
+from tasks.selectors import visible_tasks
+from tasks.services import actor_label, run_cancel_queued
+from tasks.transitions import Event
 
 DECISIONS = ("performed", "not_performed", "unresolved")
+MAX_NOTE = 5_000
 
 
 def action_due() -> timedelta:
     return timedelta(seconds=getattr(settings, "CONSOLE_ACTION_DUE_SECONDS", 24 * 3600))
 
 
-def admission_facts(
-    *, task: Task, source: Run, action: RecoveryAction | None = None, chain_length: int | None = None
-) -> AdmissionFacts:
-    lease_live = (
-        source.status in LEASED_RUN_STATUSES
-        and source.lease_expires_at is not None
-        and source.lease_expires_at > timezone.now()
-    )
-    return AdmissionFacts(
-        task=task_facts(task),
-        current_owner=task.agent.name,
-        original_owner=action.original_owner.name if action else None,
-        source_lease_live=lease_live,
-        source_run_id=source.pk,
-        attempts=action.attempts if action else 0,
-        max_attempts=action.max_attempts if action else None,
-        chain_length=chain_length if chain_length is not None else len(chain_of(source)),
+def _event(action: RecoveryAction, kind: str, actor, **payload) -> Event:
+    return Event(
+        kind,
+        actor,
+        action.org_id,
+        action.task_id,
+        action.run_id,
+        {"action": action.pk, "kind": action.kind, **payload},
     )
 
 
-def current_gate(action: RecoveryAction, *, task_runs: dict[int, Run] | None = None):
-    """The gate that would refuse an admission for this action right now, or None.
-
-    With `task_runs` (every run of the task, by id) the chain is measured without queries.
-    """
-    chain_length = None
-    if task_runs is not None and action.run_id in task_runs:
-        chain_length, prev = 0, action.run_id
-        while prev is not None and prev in task_runs and chain_length < 64:
-            chain_length += 1
-            prev = task_runs[prev].continues_id
-    return first_closed_gate(
-        admission_facts(task=action.task, source=action.run, action=action, chain_length=chain_length)
+def action_move(action: RecoveryAction, to: str, *, actor, kind: str, payload: dict | None = None, **fields) -> None:
+    """Move `action` from the status and version it was read at; refreshes it. StaleVersion if it changed."""
+    moved = ACTIONS.move(
+        action.pk,
+        to,
+        expect=action.status,
+        where={"version": action.version},
+        strict=False,
+        event=_event(action, kind, actor, status=to, **(payload or {})),
+        updated_at=timezone.now(),
+        **fields,
     )
-
-
-def _event(action: RecoveryAction, kind: str, actor, **payload) -> None:
-    event_append(
-        org_id=action.org_id,
-        task_id=action.task_id,
-        run_id=action.run_id,
-        kind=kind,
-        actor=actor,
-        payload={"action": action.pk, "kind": action.kind, "status": action.status, **payload},
-    )
+    if not moved:
+        action.refresh_from_db()
+        raise StaleVersion(
+            f"Action #{action.pk} changed meanwhile: it is now {action.status} (version {action.version}).",
+            current_version=action.version,
+            status=action.status,
+        )
+    action.refresh_from_db()
 
 
 def _locked(action_id: int, user) -> RecoveryAction:
     """Lock the action for a person who may see it (404 otherwise, never 403)."""
-    from tasks.selectors import visible_tasks
-
     action = (
         RecoveryAction.objects.select_for_update(of=("self",))
         .select_related("task__agent", "run", "original_owner")
@@ -99,14 +88,6 @@ def _locked(action_id: int, user) -> RecoveryAction:
     return action
 
 
-def _authorize(user, action: RecoveryAction, role: str) -> None:
-    m = membership_in(user, action.org_id)
-    if m is None:
-        raise NotFound(f"No recovery action #{action.pk}.")
-    if not m.allows(role):
-        raise Forbidden(f"This needs the {role} role; you are {m.role}.", required_role=role)
-
-
 def _check_version(action: RecoveryAction, version) -> None:
     if version != action.version:
         raise StaleVersion(
@@ -116,17 +97,17 @@ def _check_version(action: RecoveryAction, version) -> None:
         )
 
 
-def _bump(action: RecoveryAction, **fields) -> None:
-    fields["version"] = F("version") + 1
-    fields["updated_at"] = timezone.now()
-    RecoveryAction.objects.filter(pk=action.pk).update(**fields)
-    action.refresh_from_db()
-
-
 def _gate_or_raise(action: RecoveryAction) -> None:
     gate = current_gate(action)
     if gate is not None:
         raise GateClosed(gate.detail, gate=gate.gate, lifted_by=gate.lifted_by)
+
+
+def _note(note) -> str:
+    note = (note or "").strip()
+    if len(note) > MAX_NOTE:
+        raise Invalid(f"A note holds at most {MAX_NOTE} characters.", field="note")
+    return note
 
 
 # --- opening -----------------------------------------------------------------
@@ -138,10 +119,10 @@ def action_open(
     kind: str,
     cause: str,
     evidence: dict,
-    next_action: str,
     recovery_owner: str,
     seq: int | None = None,
     status: str = ActionStatus.OPEN,
+    exhaustion: str = "",
     actor="supervisor",
 ) -> RecoveryAction:
     """Open the live action for (task, kind, run), or return the one that is already live.
@@ -166,10 +147,13 @@ def action_open(
                 seq=seq,
                 original_owner_id=run.task.agent_id,
                 recovery_owner=recovery_owner,
-                next_action=next_action,
+                exhaustion=exhaustion,
                 due_at=timezone.now() + action_due(),
             )
-            _event(action, "action_opened", actor, cause=cause, seq=seq)
+            e = _event(action, "action_opened", actor, status=status, cause=cause, seq=seq)
+            event_append(
+                org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=actor, payload=e.payload
+            )
             return action
     except IntegrityError:
         return RecoveryAction.objects.get(task_id=run.task_id, kind=kind, run=run, status__in=LIVE_ACTION_STATUSES)
@@ -178,8 +162,23 @@ def action_open(
 # --- operator writes -----------------------------------------------------------
 
 
-def _admit(action: RecoveryAction, *, user, performed=None, rerun=frozenset(), accepted=False, decision="", note=""):
-    """Create the attempt and its continuation; the action goes to `retrying`."""
+def _admit(
+    action: RecoveryAction,
+    *,
+    user,
+    kind: str,
+    payload: dict,
+    performed=None,
+    rerun=frozenset(),
+    accepted=False,
+    attempt_decision="",
+    note="",
+    **fields,
+) -> RecoveryAttempt:
+    """Create the attempt and its continuation; the action moves to `retrying` with one event.
+
+    `fields` are further columns of the action to set in the same move.
+    """
     number = action.attempts + 1
     run = continuation_create(
         source=action.run,
@@ -187,19 +186,32 @@ def _admit(action: RecoveryAction, *, user, performed=None, rerun=frozenset(), a
         reason=f"action #{action.pk} attempt {number}",
         performed=performed,
         rerun=rerun,
+        rerun_why="decided" if attempt_decision else "retry",
     )
+    now = timezone.now()
     attempt = RecoveryAttempt.objects.create(
         action=action,
         number=number,
-        requested_by=user.username,
-        acknowledged_at=timezone.now(),
+        requested_by=actor_label(user),
+        requested_at=now,
+        acknowledged_at=now,  # the request and its acknowledgement are this one transaction
         continuation_run=run,
         accepted_duplicate_risk=accepted,
-        decision=decision,
+        decision=attempt_decision,
         note=note,
     )
-    _bump(action, status=ActionStatus.RETRYING, attempts=number, gate="", gate_detail="", recovery_owner="")
-    _event(action, "action_retry_requested", user, attempt=number, continuation_run=run.pk, decision=decision)
+    fields.setdefault("recovery_owner", "")
+    action_move(
+        action,
+        ActionStatus.RETRYING,
+        actor=user,
+        kind=kind,
+        payload={"attempt": number, "continuation_run": run.pk, **payload},
+        attempts=number,
+        gate="",
+        gate_detail="",
+        **fields,
+    )
     return attempt
 
 
@@ -209,19 +221,26 @@ def action_retry(
 ) -> RecoveryAttempt:
     """Ask for one more attempt: open → retrying, with its continuation run queued.
 
-    An exhausted action takes an admin granting one more attempt, with a reason.
-    An unknown outcome reruns the operation only with the duplicate risk accepted.
-    Refused with the first closed gate, a stale version, or no authority.
+    An exhausted action takes an admin granting one more attempt, with a reason
+    (exhausted → retrying in the same step). An unknown outcome reruns the
+    operation only with the duplicate risk accepted. Refused with the first
+    closed gate, a stale version, or no authority.
     """
     action = _locked(action_id, user)
-    _authorize(user, action, Role.OPERATOR)
+    require_role(user, action.org_id, Role.OPERATOR)
     _check_version(action, version)
+    payload, fields = {}, {}
     if action.status == ActionStatus.EXHAUSTED:
-        _authorize(user, action, Role.ADMIN)
-        if not (reason or "").strip():
+        require_role(user, action.org_id, Role.ADMIN)
+        reason = (reason or "").strip()
+        if not reason:
             raise Invalid("Granting one more attempt needs a reason.", field="reason")
-        _bump(action, status=ActionStatus.OPEN, max_attempts=action.attempts + 1)
-        _event(action, "action_exhaustion_lifted", user, reason=reason.strip())
+        if len(reason) > MAX_NOTE:
+            raise Invalid(f"A reason holds at most {MAX_NOTE} characters.", field="reason")
+        payload["granted"] = reason
+        fields = {"max_attempts": action.attempts + 1, "exhaustion": ""}
+        # The grant lifts the bound it is about; every other gate still applies.
+        action.max_attempts = action.attempts + 1
     elif action.status != ActionStatus.OPEN:
         raise NotEligible(f"Action #{action.pk} is {action.status}; only an open action can be retried.")
     _refuse_unrecoverable(action)
@@ -233,7 +252,15 @@ def action_retry(
             seq=min(unknown) if unknown else action.seq,
         )
     _gate_or_raise(action)
-    return _admit(action, user=user, rerun=unknown | failed, accepted=accept_duplicate_risk)
+    return _admit(
+        action,
+        user=user,
+        kind="action_retry_requested",
+        payload=payload,
+        rerun=unknown | failed,
+        accepted=accept_duplicate_risk,
+        **fields,
+    )
 
 
 def _rerun_sets(action: RecoveryAction) -> tuple[set[int], set[int]]:
@@ -245,11 +272,14 @@ def _rerun_sets(action: RecoveryAction) -> tuple[set[int], set[int]]:
     return unknown, failed
 
 
+UNRECOVERABLE = ("corrupt_checkpoint", "checkpoint_too_large", "checkpoint_purged")
+
+
 def _refuse_unrecoverable(action: RecoveryAction) -> None:
-    if action.cause in ("corrupt_checkpoint", "checkpoint_too_large"):
+    if action.cause in UNRECOVERABLE:
         raise NotEligible(
-            f"Run #{action.run_id} cannot be continued ({action.cause.replace('_', ' ')}); cancel this action "
-            "and start a fresh task.",
+            f"Run #{action.run_id} cannot be continued ({action.cause.replace('_', ' ')}): nothing of it can be "
+            "reused safely. Cancel this action, then start over or close the task.",
             reason=action.cause,
         )
 
@@ -260,12 +290,14 @@ def action_decide(
 ) -> RecoveryAction:
     """Record a person's decision on an operation of unknown outcome.
 
-    performed: the note becomes the step's saved outcome and a continuation
-    reusing it is admitted; not_performed: the step reruns in a continuation,
-    refused unless the duplicate risk is accepted; unresolved: stays parked.
+    performed: the person's statement is carried for the step (no saved result
+    exists) and a continuation that does not run it again is admitted;
+    not_performed: the step reruns in a continuation, refused unless the
+    duplicate risk is accepted; unresolved: recorded (who, when, note) and the
+    action stays open for a decision later.
     """
     action = _locked(action_id, user)
-    _authorize(user, action, Role.OPERATOR)
+    require_role(user, action.org_id, Role.OPERATOR)
     _check_version(action, version)
     if action.kind != ActionKind.UNKNOWN_OUTCOME:
         raise NotEligible("Only an unknown-outcome action takes a decision.")
@@ -273,10 +305,18 @@ def action_decide(
         raise Invalid(f"`outcome` must be one of {', '.join(DECISIONS)}.", field="outcome")
     if action.status != ActionStatus.OPEN:
         raise NotEligible(f"Action #{action.pk} is {action.status}; only an open action takes a decision.")
-    note = (note or "").strip()
+    note = _note(note)
+    now = timezone.now()
     if outcome == "unresolved":
-        _bump(action, resolution_note=note, next_action="Check whether the operation happened, then decide.")
-        _event(action, "action_decided", user, outcome=outcome, note=note)
+        decided = {"decision": outcome, "decided_by": actor_label(user), "decided_at": now, "decision_note": note}
+        updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
+            version=F("version") + 1, updated_at=now, **decided
+        )
+        if updated != 1:
+            raise StaleVersion(f"Action #{action.pk} changed meanwhile.", current_version=action.version + 1)
+        e = _event(action, "action_decided", user, status=action.status, outcome=outcome, note=note)
+        event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=user, payload=e.payload)
+        action.refresh_from_db()
         return action
     if outcome == "not_performed" and not accept_duplicate_risk:
         raise NotEligible(
@@ -284,37 +324,52 @@ def action_decide(
             reason="duplicate_risk_not_accepted",
         )
     _gate_or_raise(action)
+    decided = {"decision": outcome, "decided_by": actor_label(user), "decided_at": now, "decision_note": note}
+    common = {"kind": "action_decided", "payload": {"outcome": outcome, "note": note}, "note": note}
     if outcome == "performed":
-        saved = {"performed": True, "decided_by": user.username, "note": note}
-        _admit(action, user=user, performed={action.seq: saved}, decision=outcome, note=note)
+        declared = {"performed": True, "decided_by": actor_label(user), "note": note, "at": now.isoformat()}
+        _admit(action, user=user, performed={action.seq: declared}, attempt_decision=outcome, **common, **decided)
     else:
-        _admit(action, user=user, rerun={action.seq}, accepted=True, decision=outcome, note=note)
-    _event(action, "action_decided", user, outcome=outcome, note=note)
+        _admit(action, user=user, rerun={action.seq}, accepted=True, attempt_decision=outcome, **common, **decided)
     return action
 
 
 @transaction.atomic
 def action_cancel(*, action_id: int, user, version) -> RecoveryAction:
-    """Any live action → cancelled; a continuation still queued for it is cancelled too."""
+    """Any live action → cancelled; a continuation still queued for it is cancelled too.
+
+    Nothing is undone and nothing is retried; the task's next move is its own
+    controls (continue now, start over, close).
+    """
     action = _locked(action_id, user)
-    _authorize(user, action, Role.OPERATOR)
+    require_role(user, action.org_id, Role.OPERATOR)
     _check_version(action, version)
     if action.status not in LIVE_ACTION_STATUSES:
         raise NotEligible(f"Action #{action.pk} is {action.status}; there is nothing to cancel.")
-    for attempt in action.attempt_history.filter(outcome=AttemptOutcome.REQUESTED):
-        if attempt.continuation_run_id:
-            if run_cancel_queued(
-                actor=user,
-                run_id=attempt.continuation_run_id,
-                error_code="action_cancelled",
-                detail="Its recovery action was cancelled before a worker started it.",
-                payload={"action": action.pk},
-            ):
-                RecoveryAttempt.objects.filter(pk=attempt.pk).update(
-                    outcome=AttemptOutcome.REJECTED, rejected_detail="cancelled by an operator"
-                )
-    _bump(action, status=ActionStatus.CANCELLED, resolution="cancelled", closed_at=timezone.now())
-    _event(action, "action_cancelled", user)
+    queued = [
+        a.continuation_run_id
+        for a in action.attempt_history.filter(outcome=AttemptOutcome.REQUESTED)
+        if a.continuation_run_id
+    ]
+    now = timezone.now()
+    action_move(
+        action,
+        ActionStatus.CANCELLED,
+        actor=user,
+        kind="action_cancelled",
+        payload={"cancelled_runs": queued},
+        resolution="cancelled",
+        closed_at=now,
+        closed_by=actor_label(user),
+    )
+    for run_id in queued:
+        run_cancel_queued(
+            actor=user,
+            run_id=run_id,
+            error_code="action_cancelled",
+            detail=f"Its recovery action #{action.pk} was cancelled before a worker started it.",
+            payload={"action": action.pk},
+        )
     return action
 
 
@@ -323,9 +378,9 @@ def action_cancel(*, action_id: int, user, version) -> RecoveryAction:
 
 def _stale_reason(action: RecoveryAction) -> str | None:
     if action.status == ActionStatus.RETRYING:
-        return None  # its own continuation is the newer run; settling resolves it
+        return None  # its own continuation is the newer run; its start settles it
     if action.task.status in ("done", "cancelled"):
-        return f"task closed ({action.task.status})"
+        return f"the task was closed ({action.task.status})"
     # Its own continuations (even refused ones) do not supersede it.
     own = RecoveryAttempt.objects.filter(action=action, continuation_run__isnull=False).values("continuation_run")
     newer = (
@@ -337,6 +392,24 @@ def _stale_reason(action: RecoveryAction) -> str | None:
     if newer is not None:
         return f"run #{newer} superseded run #{action.run_id}"
     return None
+
+
+def action_retire(action: RecoveryAction, *, reason: str, actor="system") -> bool:
+    """Any live → retired, inside the caller's transaction. False if it changed meanwhile."""
+    try:
+        action_move(
+            action,
+            ActionStatus.RETIRED,
+            actor=actor,
+            kind="action_retired",
+            payload={"reason": reason},
+            resolution="retired",
+            resolution_note=reason,
+            closed_at=timezone.now(),
+        )
+    except StaleVersion:
+        return False
+    return True
 
 
 def actions_retire_stale(*, task_id: int) -> list[int]:
@@ -351,17 +424,7 @@ def actions_retire_stale(*, task_id: int) -> list[int]:
         if reason is None:
             continue
         with transaction.atomic():
-            updated = RecoveryAction.objects.filter(pk=action.pk, status=action.status, version=action.version).update(
-                status=ActionStatus.RETIRED,
-                resolution="retired",
-                resolution_note=reason,
-                version=F("version") + 1,
-                closed_at=timezone.now(),
-                updated_at=timezone.now(),
-            )
-            if updated:
-                action.refresh_from_db()
-                _event(action, "action_retired", "system", reason=reason)
+            if action_retire(action, reason=reason):
                 retired.append(action.pk)
     return retired
 
@@ -369,79 +432,60 @@ def actions_retire_stale(*, task_id: int) -> list[int]:
 def actions_settle(*, now=None) -> dict:
     """One supervisor sweep over live actions.
 
-    retrying → resolved once its continuation run started; retrying → open when
-    that run was refused at admission (a gate closed before it was claimed);
-    open → exhausted when attempts are used up or the due time passed.
+    retrying → open when its queued continuation is held by a gate that closed
+    after the retry was accepted (the queued run is cancelled, and the card says
+    which gate); open → exhausted when attempts are used up or the due time
+    passed; stale actions are retired. Starting and ending continuations settle
+    their actions in their own transactions (recovery.settle), not here.
     """
-    now = now or timezone.now()
-    report = {"resolved": [], "reopened": [], "exhausted": [], "retired": []}
-    for action in RecoveryAction.objects.filter(status=ActionStatus.RETRYING).select_related("task__agent", "run"):
-        with transaction.atomic():
-            action = (
-                RecoveryAction.objects.select_for_update(of=("self",))
-                .select_related("task__agent", "run", "original_owner")
-                .filter(pk=action.pk, status=ActionStatus.RETRYING)
-                .first()
-            )
-            if action is None:
-                continue
-            attempt = action.attempt_history.order_by("-number").select_related("continuation_run").first()
-            run = attempt.continuation_run if attempt else None
-            if run is None:
-                continue
-            if run.started_at is not None:
-                RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=AttemptOutcome.CONTINUED)
-                _bump(action, status=ActionStatus.RESOLVED, resolution="continued", closed_at=now)
-                _event(action, "action_resolved", "supervisor", resolution="continued", continuation_run=run.pk)
-                report["resolved"].append(action.pk)
-                continue
-            if run.status != RunStatus.QUEUED:
-                # Ended without ever starting (stopped or cancelled while queued): nothing
-                # resumed, so the attempt was not admitted and the action is open again.
-                detail = f"run #{run.pk} was {run.status} before any worker started it"
-                RecoveryAttempt.objects.filter(pk=attempt.pk).update(
-                    outcome=AttemptOutcome.REJECTED, rejected_detail=detail
-                )
-                _bump(action, status=ActionStatus.OPEN, gate="", gate_detail=detail[:300])
-                _event(action, "action_admission_refused", "supervisor", detail=detail)
-                report["reopened"].append(action.pk)
-                continue
-            from tasks.holds import task_hold
+    from tasks.holds import task_hold
+    from tasks.selectors import task_facts
 
-            hold = task_hold(task_facts(action.task))
-            if hold is not None:
-                if run_cancel_queued(
-                    actor="supervisor",
-                    run_id=run.pk,
-                    error_code="admission_refused",
-                    detail=hold.detail,
-                    payload={"gate": hold.gate, "action": action.pk},
-                ):
-                    RecoveryAttempt.objects.filter(pk=attempt.pk).update(
-                        outcome=AttemptOutcome.REJECTED, rejected_gate=hold.gate, rejected_detail=hold.detail
-                    )
-                    _bump(action, status=ActionStatus.OPEN, gate=hold.gate, gate_detail=hold.detail)
-                    _event(action, "action_admission_refused", "supervisor", gate=hold.gate, detail=hold.detail)
-                    report["reopened"].append(action.pk)
-    for action in RecoveryAction.objects.filter(status=ActionStatus.OPEN).select_related("task"):
-        reason = None
-        if action.attempts >= action.max_attempts:
-            reason = f"all {action.max_attempts} attempts used"
-        elif action.due_at and action.due_at <= now:
-            reason = f"due at {action.due_at.isoformat()} and nobody acted"
-        if reason is None:
+    now = now or timezone.now()
+    report = {"reopened": [], "exhausted": [], "retired": []}
+    retrying = RecoveryAction.objects.filter(status=ActionStatus.RETRYING).select_related("task__agent", "run")
+    for action in retrying:
+        attempt = action.attempt_history.order_by("-number").select_related("continuation_run").first()
+        run = attempt.continuation_run if attempt else None
+        if run is None or run.status != "queued":
+            continue
+        hold = task_hold(task_facts(action.task))
+        if hold is None:
             continue
         with transaction.atomic():
-            if RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.OPEN, version=action.version).update(
-                status=ActionStatus.EXHAUSTED,
-                version=F("version") + 1,
-                updated_at=now,
-                recovery_owner="role:admin",
-                next_action="An admin may grant one more attempt, or an operator cancels.",
+            # Cancelling the queued run settles the action (recovery.settle); the gate is noted on both.
+            if run_cancel_queued(
+                actor="supervisor",
+                run_id=run.pk,
+                error_code="admission_refused",
+                detail=hold.detail,
+                payload={"gate": hold.gate, "action": action.pk},
             ):
-                action.refresh_from_db()
-                _event(action, "action_exhausted", "supervisor", reason=reason)
-                report["exhausted"].append(action.pk)
+                RecoveryAttempt.objects.filter(pk=attempt.pk).update(rejected_gate=hold.gate)
+                RecoveryAction.objects.filter(pk=action.pk).update(gate=hold.gate)
+                report["reopened"].append(action.pk)
+    for action in RecoveryAction.objects.filter(status=ActionStatus.OPEN).select_related("task"):
+        exhaustion = None
+        if action.attempts >= action.max_attempts:
+            exhaustion = "attempts_used"
+        elif action.due_at and action.due_at <= now:
+            exhaustion = "overdue"
+        if exhaustion is None:
+            continue
+        with transaction.atomic():
+            try:
+                action_move(
+                    action,
+                    ActionStatus.EXHAUSTED,
+                    actor="supervisor",
+                    kind="action_exhausted",
+                    payload={"exhaustion": exhaustion},
+                    recovery_owner="role:admin",
+                    exhaustion=exhaustion,
+                )
+            except StaleVersion:
+                continue
+            report["exhausted"].append(action.pk)
     task_ids = set(
         RecoveryAction.objects.filter(status__in=(ActionStatus.OPEN, ActionStatus.EXHAUSTED)).values_list(
             "task_id", flat=True

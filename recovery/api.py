@@ -5,28 +5,32 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, followups, selectors
+from recovery import actions, controls, followups, selectors
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
+from tasks.authz import require_role
 from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Role
-from tasks.selectors import membership_in, memberships_of, visible_runs, visible_tasks
+from tasks.selectors import memberships_of, visible_runs, visible_tasks
 
-TASK_STATES = ("needs_decision", "exhausted", "blocked", "running", "queued", "done", "cancelled", "idle", "all")
+TASK_STATES = (
+    "needs_decision",
+    "exhausted",
+    "blocked",
+    "running",
+    "stopping",
+    "queued",
+    "done",
+    "cancelled",
+    "idle",
+    "all",
+)
 
 
 class OperatorView(BaseAPIView):
     permission_classes = [IsPerson]
-
-
-def require_role(user, org_id: int, role: str) -> None:
-    m = membership_in(user, org_id)
-    if m is None:
-        raise NotFound("No such object.")
-    if not m.allows(role):
-        raise Forbidden(f"This needs the {role} role; you are {m.role}.", required_role=role)
 
 
 def get_task(user, task_id: int):
@@ -85,9 +89,7 @@ class TaskListView(OperatorView):
             ms = [m for m in ms if m.org.slug == org_slug]
         if not ms:
             raise Forbidden("You are not a member of an organization.")
-        membership = ms[0]
-        if not membership.allows(Role.OPERATOR):
-            raise Forbidden("Creating a task needs the operator role.", required_role=Role.OPERATOR)
+        membership = require_role(request.user, ms[0].org_id, Role.OPERATOR)
         data = self.TaskListInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
@@ -128,7 +130,6 @@ class RunStopView(OperatorView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request, run_id: int):
         run = get_run(request.user, run_id)
-        require_role(request.user, run.org_id, Role.OPERATOR)
 
         def handle():
             services.run_request_stop(actor=request.user, run=run)
@@ -229,7 +230,6 @@ class TaskPauseView(OperatorView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request, task_id: int):
         task = get_task(request.user, task_id)
-        require_role(request.user, task.org_id, Role.OPERATOR)
 
         def handle():
             if self.pause:
@@ -252,12 +252,128 @@ class TaskMessagesView(OperatorView):
     @extend_schema(request=MessageInputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request, task_id: int):
         task = get_task(request.user, task_id)
-        require_role(request.user, task.org_id, Role.OPERATOR)
         data = self.MessageInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
 
         def handle():
             message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])
             return Response(message_data(message), status=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)
+
+
+# --- task controls (DESIGN §6b) ---------------------------------------------------------
+
+
+def _task_response(request, task_id: int, code=status.HTTP_200_OK) -> Response:
+    return Response(task_data(selectors.task_detail(request.user, task_id), detail=True), status=code)
+
+
+class TaskOwnerView(OperatorView):
+    class OwnerInputSerializer(serializers.Serializer):
+        agent = serializers.CharField(max_length=100)
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+    @extend_schema(request=OwnerInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.OwnerInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            controls.task_reassign(user=request.user, task_id=task_id, agent=v["agent"], reason=v["reason"])
+            return _task_response(request, task_id)
+
+        return idempotent(request, handle)
+
+
+class TaskContinueView(OperatorView):
+    class ContinueInputSerializer(serializers.Serializer):
+        note = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+    @extend_schema(request=ContinueInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.ContinueInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            run = controls.task_continue(user=request.user, task_id=task_id, note=data.validated_data["note"])
+            return Response({"run": run.pk, "task": task_id, "status": run.status}, status=status.HTTP_202_ACCEPTED)
+
+        return idempotent(request, handle)
+
+
+class TaskCloseView(OperatorView):
+    class CloseInputSerializer(serializers.Serializer):
+        resolution = serializers.ChoiceField(choices=("done", "cancelled"))
+        reason = serializers.CharField(max_length=500)
+
+    @extend_schema(request=CloseInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.CloseInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            controls.task_close(user=request.user, task_id=task_id, resolution=v["resolution"], reason=v["reason"])
+            return _task_response(request, task_id)
+
+        return idempotent(request, handle)
+
+
+class TaskReopenView(OperatorView):
+    class ReopenInputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=500)
+
+    @extend_schema(request=ReopenInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.ReopenInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            controls.task_reopen(user=request.user, task_id=task_id, reason=data.validated_data["reason"])
+            return _task_response(request, task_id)
+
+        return idempotent(request, handle)
+
+
+class TaskBudgetView(OperatorView):
+    class BudgetInputSerializer(serializers.Serializer):
+        limit = serializers.IntegerField(allow_null=True, min_value=0, max_value=controls.BUDGET_MAX)
+        reason = serializers.CharField(max_length=500)
+
+    @extend_schema(request=BudgetInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.BudgetInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            controls.task_budget(user=request.user, task_id=task_id, limit=v["limit"], reason=v["reason"])
+            return _task_response(request, task_id)
+
+        return idempotent(request, handle)
+
+
+class TaskDependenciesView(OperatorView):
+    class DependenciesInputSerializer(serializers.Serializer):
+        add = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+        remove = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+
+    @extend_schema(request=DependenciesInputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.DependenciesInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            controls.task_dependencies(user=request.user, task_id=task_id, add=v.get("add"), remove=v.get("remove"))
+            return _task_response(request, task_id)
 
         return idempotent(request, handle)

@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class RecoveryConfig(AppConfig):
     name = "recovery"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from recovery import settle
+
+        settle.register()

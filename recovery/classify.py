@@ -103,10 +103,6 @@ class Diagnosis:
         return next((s.verdict for s in self.steps if s.seq == seq and s.parent_seq is None), None)
 
 
-def _when(value: datetime | None) -> str:
-    return value.isoformat() if value else "an unknown time"
-
-
 def _args_text(args) -> str:
     import json
 
@@ -141,16 +137,15 @@ def _verdict(step: StepFacts) -> StepVerdict:
     if step.phase == "planned":
         return v(NOT_DISPATCHED, "not_dispatched", "Planned but never dispatched: it runs with a fresh identity.")
     args = _args_text(step.args)
-    when = _when(step.dispatched_at)
     if step.recovery_mode == "replay":
-        return v(REPLAY, "replay_safe", f"{step.tool} is safe to run again; it was dispatched at {when}.")
+        return v(REPLAY, "replay_safe", f"{step.tool} was dispatched and left no result; its mode runs it again.")
     if step.recovery_mode == "notify":
         return v(
             UNKNOWN_OUTCOME,
             "unknown_outcome",
-            f"{step.tool}({args}) was dispatched at {when} and no result was saved: it may or may not have happened.",
+            f"{step.tool}({args}) was dispatched and no result was saved: it may or may not have happened.",
         )
-    return v(DROP, "forget", f"{step.tool} was dispatched at {when} with no result; its recovery mode drops it.")
+    return v(DROP, "forget", f"{step.tool} was dispatched and left no result; its recovery mode drops it.")
 
 
 def _planned_tool(planned) -> str:
@@ -248,8 +243,7 @@ def _subagent_verdicts(facts: RunFacts, verdicts: list[StepVerdict]) -> list[Ste
                     UNKNOWN_OUTCOME,
                     "unknown_outcome",
                     f"Subagent {agent} was cut off in its nested {nested.tool} (step {k.seq}) with "
-                    f"{_args_text(nested.args)}, dispatched at {_when(nested.dispatched_at)}: it may or may not "
-                    "have happened.",
+                    f"{_args_text(nested.args)}: it may or may not have happened.",
                 )
             else:
                 done = sum(1 for k in kids if k.verdict == REUSE)
@@ -308,8 +302,7 @@ def classify(facts: RunFacts) -> Diagnosis:
             reasons.append(
                 Reason(
                     "unknown_outcome",
-                    f"{step.tool} with {_args_text(step.args)} was dispatched at {_when(step.dispatched_at)} "
-                    "and no result was saved.",
+                    f"{step.tool} with {_args_text(step.args)} was dispatched and no result was saved.",
                     v.seq,
                 )
             )
@@ -325,8 +318,7 @@ def classify(facts: RunFacts) -> Diagnosis:
             reasons.append(
                 Reason(
                     "unknown_outcome",
-                    f"Nested {step.tool} (under step {v.parent_seq}) was dispatched at {_when(step.dispatched_at)} "
-                    "and no result was saved.",
+                    f"Nested {step.tool} (under step {v.parent_seq}) was dispatched and no result was saved.",
                     v.seq,
                 )
             )

@@ -15,6 +15,7 @@ from tasks.errors import NotEligible
 from tasks.events import event_append
 from tasks.models import Message, MessageStatus, Run, Step
 from tasks.services import run_enqueue
+from tasks.transitions import MESSAGES
 
 
 def classify_as_stopped(run: Run, steps: list[Step]):
@@ -31,13 +32,16 @@ def continuation_create(
     reason: str,
     performed: dict[int, dict] | None = None,
     rerun: set[int] | frozenset[int] = frozenset(),
+    rerun_why: str = "retry",
     allow_final: bool = False,
 ) -> Run:
     """Queue the continuation of `source`.
 
     `performed` maps a step of unknown outcome to the outcome a person recorded
     for it (it is carried as a saved result); `rerun` names steps of unknown
-    outcome, or failed steps, that a person explicitly chose to run again.
+    outcome, or failed steps, that a person explicitly chose to run again
+    (`rerun_why`: "retry", "decided" or "follow-up", kept in the run's `carry`
+    so its page says why each step ran again).
     Every follow-up message waiting on the task is admitted into this run, in
     order, in the same transaction. `allow_final` also continues a failed run
     (a follow-up after a failure). Refused (`NotEligible`) for a corrupt
@@ -63,6 +67,7 @@ def continuation_create(
     by_seq = {s.seq: s for s in steps}
     verdicts = {v.seq: v for v in diagnosis.steps if v.parent_seq is None}
     carried, reran = [], []
+    why: dict[int, str] = {}
     # What an earlier continuation dropped stays dropped: it is never run later in the chain.
     dropped = [d for d in (source.carry or {}).get("dropped", []) if d.get("seq") not in verdicts]
     for seq, verdict in sorted(verdicts.items()):
@@ -74,6 +79,7 @@ def continuation_create(
                 carried.append((step, performed[seq]))
             elif seq in rerun:
                 reran.append(seq)
+                why[seq] = rerun_why
             else:
                 raise NotEligible(
                     f"Step {seq} ({step.tool}) has an unknown outcome; a person must decide it first.",
@@ -84,17 +90,30 @@ def continuation_create(
             if seq not in rerun:
                 raise NotEligible(f"Step {seq} ({step.tool}) failed; retrying it must be asked for.", seq=seq)
             reran.append(seq)
+            why[seq] = rerun_why
         elif verdict.verdict == c.DROP:
             dropped.append({"seq": seq, "tool": step.tool, "reason": verdict.detail})
         else:  # not_dispatched, replay
             reran.append(seq)
+            why[seq] = "replay" if verdict.verdict == c.REPLAY else "not_started"
 
+    declared = {
+        str(seq): {k: v for k, v in outcome.items() if k in ("decided_by", "note", "at")}
+        for seq, outcome in performed.items()
+    }
     run = run_enqueue(
         task=source.task,
         actor=actor,
         input=source.input,
         continues=source,
-        carry={"dropped": dropped, "reason": reason},
+        carry={
+            "dropped": dropped,
+            "reason": reason,
+            # Why each step runs again ("replay", "not_started", "retry", "decided", "follow-up"),
+            # and the steps a person declared performed: no saved result exists for those.
+            "rerun": [{"seq": seq, "why": why.get(seq, rerun_why)} for seq in reran],
+            "declared": declared,
+        },
         payload={"reason": reason},
     )
     now = timezone.now()
@@ -144,15 +163,14 @@ def continuation_create(
                 for s in nested
             ]
         )
-    waiting = list(
-        Message.objects.filter(task_id=run.task_id, status=MessageStatus.WAITING)
-        .order_by("created_at", "id")
-        .values_list("pk", flat=True)
+    waiting = MESSAGES.move_all(
+        Message.objects.filter(task_id=run.task_id).order_by("created_at", "id"),
+        MessageStatus.ADMITTED,
+        expect=MessageStatus.WAITING,
+        run=run,
+        waiting_reason="",
     )
     if waiting:
-        Message.objects.filter(pk__in=waiting, status=MessageStatus.WAITING).update(
-            status=MessageStatus.ADMITTED, run=run, waiting_reason=""
-        )
         event_append(
             org_id=run.org_id,
             task_id=run.task_id,

@@ -10,12 +10,12 @@ and the one-continuation-per-run key make a second admission impossible).
 from django.db import IntegrityError, transaction
 
 from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction
-from tasks.errors import Forbidden, Invalid, NotEligible
+from tasks.authz import require_role
+from tasks.errors import Invalid, NotEligible, TaskClosed
 from tasks.events import event_append
 from tasks.holds import task_hold
 from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task
-from tasks.selectors import membership_in
-from tasks.services import task_facts
+from tasks.selectors import task_facts
 
 MAX_BODY = 20_000
 
@@ -34,16 +34,24 @@ def waiting_reason(task: Task) -> str:
         return f"Waiting for run #{latest.pk} to finish or be stopped."
     live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).first()
     if live is not None:
-        return f"Waiting on recovery action #{live.pk} ({live.cause.replace('_', ' ')})."
+        if live.status == "retrying":
+            return f"Waiting for recovery action #{live.pk}'s continuation to start; it will carry this message."
+        return f"Waiting on recovery action #{live.pk}: it needs a decision first."
     return ""
 
 
 @transaction.atomic
 def message_save(*, user, task: Task, body: str) -> Message:
-    """Save a person's follow-up on a task. Operators only; it is admitted by the supervisor."""
-    m = membership_in(user, task.org_id)
-    if m is None or not m.allows(Role.OPERATOR):
-        raise Forbidden("Writing a follow-up needs the operator role.", required_role=Role.OPERATOR)
+    """Save a person's follow-up on a task. Operators only; it is admitted by the supervisor.
+
+    Refused on a closed (done or cancelled) task: nothing would ever deliver it.
+    """
+    require_role(user, task.org_id, Role.OPERATOR)
+    task = Task.objects.select_for_update().get(pk=task.pk)
+    if task.status in ("done", "cancelled"):
+        raise TaskClosed(
+            f"Task #{task.pk} is {task.status}: a follow-up would never be delivered. Reopen the task first.",
+        )
     body = (body or "").strip()
     if not body:
         raise Invalid("A follow-up needs a body.", field="body")
@@ -89,12 +97,13 @@ def messages_admit() -> list[int]:
                         actor="supervisor",
                         reason="follow-up",
                         rerun=_failed_seqs(source),
+                        rerun_why="follow-up",
                         allow_final=True,
                     )
                 created.append(run.pk)
                 continue
             except (NotEligible, IntegrityError) as exc:
-                reason = f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
+                reason = _refusal_reason(task, exc)
         changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
         if changed.update(waiting_reason=reason):
             event_append(
@@ -105,6 +114,17 @@ def messages_admit() -> list[int]:
                 payload={"waiting_reason": reason},
             )
     return created
+
+
+def _refusal_reason(task: Task, exc: Exception) -> str:
+    """Why a continuation could not carry the messages, naming the control that moves it on."""
+    if getattr(exc, "extra", {}).get("reason") == "unknown_outcome":
+        seq = exc.extra.get("seq")
+        return (
+            f"Waiting: step {seq} has an unknown outcome that nobody has decided. An operator decides it with "
+            "Continue now, or starts over, or closes the task."
+        )
+    return f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
 
 
 def _failed_seqs(run: Run | None) -> set[int]:

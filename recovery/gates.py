@@ -31,24 +31,25 @@ def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
         return Hold(
             "owner_changed",
             f"The task moved from {facts.original_owner} to {facts.current_owner} after this action opened.",
-            "an operator, by cancelling this action; the new owner starts afresh",
+            f"an operator: reassign the task back to {facts.original_owner}, or cancel this action and use "
+            "Continue now under the new owner",
         )
     if facts.source_lease_live:
         return Hold(
             "lease_live",
             f"Run #{facts.source_run_id} still holds a live lease: its worker may still be running it.",
-            "nobody: wait for the lease to be released or to lapse",
+            "nobody: it ends when the worker finishes or its lease lapses",
         )
     if facts.max_attempts is not None and facts.attempts >= facts.max_attempts:
         return Hold(
             "attempts_exhausted",
             f"All {facts.max_attempts} attempts are used.",
-            "an admin, by granting one more attempt",
+            "an admin, with Grant one more attempt",
         )
     if facts.chain_length >= CHAIN_MAX_RUNS:
         return Hold(
             "chain_exhausted",
             f"This chain already holds {facts.chain_length} runs, the most it may.",
-            "nobody: start a fresh task",
+            "nobody: start over or close the task",
         )
     return None

@@ -46,13 +46,20 @@ class RecoveryAction(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=2)
     due_at = models.DateTimeField(null=True, blank=True)
-    next_action = models.CharField(max_length=300, blank=True)
+    # Why it is exhausted: `attempts_used`, `overdue`, or the diagnosis' cause (`interrupted_twice`, …).
+    exhaustion = models.CharField(max_length=32, blank=True)
+    # The last decision recorded on an unknown outcome (an `unresolved` one keeps the action open).
+    decision = models.CharField(max_length=16, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
     # The gate that refused the last admission, kept so the card can say why.
     gate = models.CharField(max_length=32, blank=True)
     gate_detail = models.CharField(max_length=300, blank=True)
     version = models.PositiveIntegerField(default=1)
     resolution = models.CharField(max_length=32, blank=True)
     resolution_note = models.TextField(blank=True)
+    closed_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -81,19 +88,23 @@ class RecoveryAction(models.Model):
 
 
 class AttemptOutcome(models.TextChoices):
+    """requested (its run is queued) → continued (a worker started it) → the run's end; or rejected
+    (the run ended before any worker started it)."""
+
     REQUESTED = "requested"
     CONTINUED = "continued"
     REJECTED = "rejected"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    STOPPED = "stopped"
 
 
 class RecoveryAttempt(models.Model):
     action = models.ForeignKey(RecoveryAction, on_delete=models.CASCADE, related_name="attempt_history")
     number = models.PositiveIntegerField()
     requested_by = models.CharField(max_length=150)
-    requested_at = models.DateTimeField(auto_now_add=True)
+    requested_at = models.DateTimeField()
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     continuation_run = models.OneToOneField(
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="recovery_attempt"

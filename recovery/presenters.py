@@ -1,35 +1,41 @@
-"""JSON shapes of the operator API (API.md). Shared by the API and the pages' data attributes."""
+"""JSON shapes of the operator API (API.md), and the facts every presenter call needs, read once.
 
+Words come from recovery.presenter; this module gathers what it needs (the
+live gate, a hold on a queued continuation) and lays out the API's JSON.
+"""
+
+from recovery import presenter
+from recovery.presenter import task_state
 from tasks.api import iso, message_data, step_data
+from tasks.authz import can_admin, can_operate
+from tasks.holds import task_hold
 from tasks.models import Run, Task, effective_continuation
+from tasks.selectors import task_facts
+
+__all__ = ["action_data", "action_view_of", "attempt_data", "run_data", "task_data", "task_state"]
 
 
-def task_state(task: Task, current_run: Run | None, actions: list) -> str:
-    """The derived `state` of API.md."""
-    if task.status == "cancelled":
-        return "cancelled"
-    if task.status == "done":
-        return "done"
-    live = [a for a in actions if a.status in ("open", "retrying", "exhausted")]
-    if any(a.status == "exhausted" for a in live):
-        return "exhausted"
-    if any(a.status == "open" for a in live):
-        return "needs_decision"
-    if current_run is not None and current_run.status in ("running", "stopping"):
-        return "running"
-    if task.paused or task.budget_exhausted:
-        return "blocked"
-    if current_run is not None and current_run.status == "queued":
-        return "queued"
-    if task.status == "blocked":
-        return "blocked"
-    return "idle"
+def action_view_of(action, *, user=None, task_runs: dict | None = None) -> presenter.ActionView:
+    """The presenter's view of an action, with the facts read now (gate, hold, roles)."""
+    from recovery.selectors import current_gate
 
-
-def run_summary(run: Run | None) -> dict | None:
-    if run is None:
-        return None
-    return {"id": run.pk, "status": run.status, "attempt": run.attempt}
+    attempts = list(action.attempt_history.all())
+    runs = {a.continuation_run_id: a.continuation_run for a in attempts if a.continuation_run_id}
+    gate = current_gate(action, task_runs=task_runs) if action.status in ("open", "exhausted") else None
+    run_hold = None
+    if action.status == "retrying":
+        latest = runs.get(attempts[-1].continuation_run_id) if attempts else None
+        if latest is not None and latest.status == "queued":
+            run_hold = task_hold(task_facts(action.task))
+    return presenter.action_view(
+        action,
+        attempts=attempts,
+        runs=runs,
+        gate=gate,
+        run_hold=run_hold,
+        can_operate=bool(user) and can_operate(user, action.org_id),
+        can_admin=bool(user) and can_admin(user, action.org_id),
+    )
 
 
 def attempt_data(attempt) -> dict:
@@ -48,11 +54,12 @@ def attempt_data(attempt) -> dict:
     }
 
 
-def action_data(action, *, with_gate: bool = False) -> dict:
+def action_data(action, *, with_gate: bool = False, user=None) -> dict:
     """`gate` is the gate that would refuse an admission now (live), else the last refusal saved."""
     gate = {"gate": action.gate, "detail": action.gate_detail} if action.gate else None
+    view = action_view_of(action, user=user)
     if with_gate and action.status in ("open", "exhausted"):
-        from recovery.actions import current_gate
+        from recovery.selectors import current_gate
 
         hold = current_gate(action)
         gate = {"gate": hold.gate, "detail": hold.detail, "lifted_by": hold.lifted_by} if hold else None
@@ -72,7 +79,14 @@ def action_data(action, *, with_gate: bool = False) -> dict:
         "attempts": action.attempts,
         "max_attempts": action.max_attempts,
         "due_at": iso(action.due_at),
-        "next_action": action.next_action,
+        "next_action": view.next_text,
+        "label": view.badge,
+        "summary": [presenter.plain(line) for line in view.progress],
+        "decision": action.decision or None,
+        "decided_by": action.decided_by or None,
+        "decided_at": iso(action.decided_at),
+        "decision_note": action.decision_note or None,
+        "exhaustion": action.exhaustion or None,
         "gate": gate,
         "version": action.version,
         "resolution": action.resolution or None,
@@ -114,6 +128,9 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
         "current_run": current.pk if current else None,
         "current_run_status": current.status if current else None,
         "actions": [action_data(a) for a in actions],
+        "closed_by": task.closed_by or None,
+        "closed_at": iso(task.closed_at),
+        "close_reason": task.close_reason or None,
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
     }
@@ -125,6 +142,7 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
                 "workspace": task.workspace,
                 "export_destination": task.export_destination,
                 "creator": task.creator.username if task.creator else None,
+                "dependencies": sorted(d.pk for d in task.dependencies.all()),
             }
         )
     return data
@@ -137,6 +155,7 @@ def run_data(run: Run) -> dict:
     if steps is None:
         steps = list(run.steps.order_by("seq"))
     continued_by = run.continuations.filter(effective_continuation()).order_by("-id").first()
+    declared = (run.carry or {}).get("declared") or {}
     return {
         "id": run.pk,
         "task": run.task_id,
@@ -156,7 +175,19 @@ def run_data(run: Run) -> dict:
         "created_at": iso(run.created_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
+        "stop_requested_by": run.stop_requested_by or None,
+        "stop_requested_at": iso(run.stop_requested_at),
         "input": run.input,
-        "steps": [step_data(s) for s in steps],
+        "steps": [_step(s, declared) for s in steps],
         "diagnosis": diagnose(run, steps).as_dict(),
     }
+
+
+def _step(step, declared: dict) -> dict:
+    """A step as the API shows it; a step a person declared performed says so (it has no saved result)."""
+    data = step_data(step)
+    said = declared.get(str(step.seq)) if step.parent_seq is None and step.reused_from_id else None
+    data["carried"] = ("declared_performed" if said else "saved_result") if step.reused_from_id else None
+    if said:
+        data["declared"] = said
+    return data

@@ -3,12 +3,15 @@
 from datetime import datetime
 
 from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
+from django.utils import timezone
 
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
+from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from tasks.errors import Invalid, NotFound
-from tasks.models import Message, Run, Step, Task
-from tasks.selectors import visible_runs, visible_tasks
+from tasks.holds import Hold
+from tasks.models import LEASED_RUN_STATUSES, Message, Run, Step, Task
+from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
 
 CLOSED = ("done", "cancelled")
 
@@ -162,14 +165,33 @@ def run_detail(user, run_id: int) -> Run:
 # --- diagnosis ---------------------------------------------------------------
 
 
-def chain_of(run: Run) -> list[int]:
-    """Run ids of the chain ending at `run`, oldest first (bounded by the chain limit)."""
-    ids = [run.pk]
-    prev = run.continues_id
-    while prev is not None and len(ids) < 64:
-        ids.append(prev)
-        prev = Run.objects.filter(pk=prev).values_list("continues_id", flat=True).first()
-    return list(reversed(ids))
+def admission_facts(
+    *, task: Task, source: Run, action: RecoveryAction | None = None, task_runs: dict[int, Run] | None = None
+) -> AdmissionFacts:
+    """Everything the gates decide on, read now (never what a card showed)."""
+    lease_live = (
+        source.status in LEASED_RUN_STATUSES
+        and source.lease_expires_at is not None
+        and source.lease_expires_at > timezone.now()
+    )
+    return AdmissionFacts(
+        task=task_facts(task),
+        current_owner=task.agent.name,
+        original_owner=action.original_owner.name if action else None,
+        source_lease_live=lease_live,
+        source_run_id=source.pk,
+        attempts=action.attempts if action else 0,
+        max_attempts=action.max_attempts if action else None,
+        chain_length=len(chain_ids(source, task_runs)),
+    )
+
+
+def current_gate(action: RecoveryAction, *, task_runs: dict[int, Run] | None = None) -> Hold | None:
+    """The gate that would refuse an admission for this action right now, or None.
+
+    With `task_runs` (every run of the task, by id) the chain is measured without queries.
+    """
+    return first_closed_gate(admission_facts(task=action.task, source=action.run, action=action, task_runs=task_runs))
 
 
 def step_facts(step: Step) -> StepFacts:
@@ -195,21 +217,16 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         steps = getattr(run, "step_list", None)
         if steps is None:
             steps = list(run.steps.order_by("seq"))
+    chain = chain_ids(run, task_runs)
     if task_runs is not None:
-        chain = [run.pk]
-        prev = run.continues_id
-        while prev is not None and prev in task_runs and len(chain) < 64:
-            chain.append(prev)
-            prev = task_runs[prev].continues_id
-        chain.reverse()
         earlier_seqs = [
             s.seq
             for rid in chain[:-1]
+            if rid in task_runs
             for s in task_runs[rid].step_list
             if s.phase == "dispatched" and s.parent_seq is None
         ]
     else:
-        chain = chain_of(run)
         earlier_seqs = []
         if len(chain) > 1:
             earlier_seqs = Step.objects.filter(

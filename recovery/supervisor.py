@@ -12,12 +12,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from recovery import classify as c
-from recovery.actions import action_open, actions_settle, admission_facts
+from recovery.actions import action_open, actions_settle
 from recovery.continuations import continuation_create
 from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
-from recovery.selectors import diagnose
+from recovery.selectors import admission_facts, diagnose
 from tasks.errors import NotEligible
 from tasks.models import Run, RunStatus, effective_continuation
 from tasks.services import leases_expire
@@ -59,19 +59,20 @@ def runs_awaiting_recovery():
     )
 
 
-def _blocking_reason(diagnosis) -> tuple[str, str]:
+def _blocking_cause(diagnosis) -> str:
     codes = [r.code for r in diagnosis.reasons]
     if diagnosis.disposition == c.CORRUPT:
-        return "corrupt_checkpoint", "Nothing is replayed. Cancel this action and start a fresh task."
-    if "checkpoint_too_large" in codes:
-        return "checkpoint_too_large", "Recovery is off for this run. Cancel this action and start a fresh task."
+        return "corrupt_checkpoint"
+    for code in ("checkpoint_purged", "checkpoint_too_large"):
+        if code in codes:
+            return code
     if diagnosis.disposition == c.EXHAUSTED:
-        return codes[0], "An admin may grant one more attempt, or an operator cancels."
+        return codes[0]
     if "unknown_outcome" in codes:
-        return "unknown_outcome", "Check whether the operation happened, then record what you found."
+        return "unknown_outcome"
     if "step_failed" in codes:
-        return "step_failed", "Retry the failed step, or cancel."
-    return diagnosis.reasons[0].code if diagnosis.reasons else "needs_decision", "Decide how to continue."
+        return "step_failed"
+    return codes[0] if codes else "needs_decision"
 
 
 def recover_run(run: Run) -> tuple[str, int] | None:
@@ -104,11 +105,12 @@ def recover_run(run: Run) -> tuple[str, int] | None:
             "error_code": run.error_code,
             "error_detail": run.error_detail,
         }
+        exhaustion = ""
         if diagnosis.disposition == c.AUTO_RESUMABLE:
-            cause, next_action = "auto_resume_off", "Resume the run: every unfinished step is safe to run again."
+            cause = "auto_resume_off"
             kind, seq, owner, status = ActionKind.CONTINUATION, None, "role:operator", ActionStatus.OPEN
         else:
-            cause, next_action = _blocking_reason(diagnosis)
+            cause = _blocking_cause(diagnosis)
             unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
             if diagnosis.disposition == c.NEEDS_DECISION and cause == "unknown_outcome" and unknown:
                 seq = unknown[0].seq
@@ -129,15 +131,16 @@ def recover_run(run: Run) -> tuple[str, int] | None:
             exhausted = diagnosis.disposition == c.EXHAUSTED
             owner = "role:admin" if exhausted else "role:operator"
             status = ActionStatus.EXHAUSTED if exhausted else ActionStatus.OPEN
+            exhaustion = cause if exhausted else ""
         action = action_open(
             run=run,
             kind=kind,
             cause=cause,
             evidence=evidence,
             seq=seq,
-            next_action=next_action,
             recovery_owner=owner,
             status=status,
+            exhaustion=exhaustion,
         )
         return "opened", action.pk
 

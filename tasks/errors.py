@@ -109,3 +109,30 @@ def exception_handler(exc, context):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response.data = {"code": code, "detail": detail}
     return response
+
+
+class TaskClosed(ServiceError):
+    code = "task_closed"
+    status_code = 409
+
+
+class NeedsDecision(ServiceError):
+    """A continuation waits on a person's decision; `action` names the action that takes it."""
+
+    code = "needs_decision"
+    status_code = 409
+
+
+class DependencyCycle(ServiceError):
+    code = "dependency_cycle"
+    status_code = 409
+
+
+class ScopeChanged(ServiceError):
+    code = "scope_changed"
+    status_code = 409
+
+
+class Throttled(ServiceError):
+    code = "throttled"
+    status_code = 429

@@ -138,6 +138,10 @@ class Task(models.Model):
     workspace = models.CharField(max_length=1000, blank=True)
     export_destination = models.CharField(max_length=1000, blank=True)
     dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
+    # Who closed the task (done / cancelled), when and why; cleared on reopen (the events keep the history).
+    closed_by = models.CharField(max_length=150, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -197,6 +201,7 @@ class Run(models.Model):
     # Why the run was asked to stop: "stop" (a person), "paused", "budget".
     stop_reason = models.CharField(max_length=16, blank=True)
     stop_requested_by = models.CharField(max_length=150, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
     # How the stop was verified: {"by": "worker"|"lease_lapse"|"not_started", "epoch", "at"}.
     stop_receipt = models.JSONField(null=True, blank=True)
     # What a continuation carries besides reused steps: {"dropped": [{"seq", "reason"}], ...}.
@@ -314,6 +319,8 @@ class MessageStatus(models.TextChoices):
     WAITING = "waiting"
     ADMITTED = "admitted"
     DELIVERED = "delivered"
+    # The task was closed before the message reached a run: kept and shown, never silently dropped.
+    NOT_DELIVERED = "not_delivered"
 
 
 class Message(models.Model):
@@ -323,7 +330,7 @@ class Message(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     body = models.TextField()
-    status = models.CharField(max_length=12, choices=MessageStatus.choices, default=MessageStatus.WAITING)
+    status = models.CharField(max_length=16, choices=MessageStatus.choices, default=MessageStatus.WAITING)
     waiting_reason = models.CharField(max_length=200, blank=True)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -333,7 +340,7 @@ class Message(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(status__in=MessageStatus.values), name="message_status_valid"),
             models.CheckConstraint(
-                condition=Q(status=MessageStatus.WAITING) | Q(run__isnull=False),
+                condition=Q(status__in=(MessageStatus.WAITING, MessageStatus.NOT_DELIVERED)) | Q(run__isnull=False),
                 name="message_admitted_has_run",
             ),
         ]

@@ -2,7 +2,8 @@
 
 from django.db.models import Q, QuerySet
 
-from tasks.models import Event, Membership, Role, Run, Task, Worker
+from tasks.holds import TaskFacts
+from tasks.models import Event, Membership, Role, Run, Task, TaskStatus, Worker
 
 
 def memberships_of(user) -> list[Membership]:
@@ -54,3 +55,54 @@ def visible_events(user) -> QuerySet[Event]:
     return Event.objects.filter(
         Q(task__isnull=True, org_id__in=[m.org_id for m in ms]) | Q(task__in=visible_tasks(user))
     )
+
+
+def task_facts(task: Task) -> TaskFacts:
+    """The facts the holds decide on (a few queries, independent of history size)."""
+    paused_ancestors = []
+    seen = {task.pk}
+    parent_id = task.parent_id
+    while parent_id and parent_id not in seen:
+        seen.add(parent_id)
+        parent = Task.objects.filter(pk=parent_id).values("id", "paused", "parent_id").first()
+        if parent is None:
+            break
+        if parent["paused"]:
+            paused_ancestors.append(parent["id"])
+        parent_id = parent["parent_id"]
+    open_deps = tuple(
+        Task.dependencies.through.objects.filter(from_task_id=task.pk)
+        .exclude(to_task__status=TaskStatus.DONE)
+        .order_by("to_task_id")
+        .values_list("to_task_id", flat=True)
+    )
+    return TaskFacts(
+        task_id=task.pk,
+        status=task.status,
+        paused=task.paused,
+        budget_limit=task.budget_limit,
+        budget_used=task.budget_used,
+        paused_ancestors=tuple(paused_ancestors),
+        open_dependencies=open_deps,
+    )
+
+
+CHAIN_LIMIT = 64  # longer than any chain may grow (32), so a cycle cannot loop forever
+
+
+def chain_ids(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[int]:
+    """Run ids of the chain ending at `run`, oldest first.
+
+    With `runs_by_id` (the task's runs) it reads nothing; otherwise one query
+    per link, bounded by CHAIN_LIMIT.
+    """
+    ids = [run.pk]
+    prev = run.continues_id
+    while prev is not None and len(ids) < CHAIN_LIMIT:
+        ids.append(prev)
+        if runs_by_id is not None:
+            link = runs_by_id.get(prev)
+            prev = link.continues_id if link is not None else None
+        else:
+            prev = Run.objects.filter(pk=prev).values_list("continues_id", flat=True).first()
+    return list(reversed(ids))

@@ -14,11 +14,12 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from tasks import lifecycle
+from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import event_append
-from tasks.holds import TaskFacts, task_hold
+from tasks.holds import task_hold
 from tasks.models import (
-    FINAL_RUN_STATUSES,
     LEASED_RUN_STATUSES,
     Agent,
     Message,
@@ -33,6 +34,8 @@ from tasks.models import (
     Worker,
 )
 from tasks.modes import mode_for
+from tasks.selectors import task_facts
+from tasks.transitions import MESSAGES, RUNS, TASKS, Event
 
 MAX_PLAN_STEPS = 10_000
 
@@ -141,7 +144,7 @@ def run_enqueue(
         carry=carry or {},
     )
     if continues is not None:
-        _set_task_status(task.pk, TaskStatus.IN_PROGRESS)
+        task_status_follows(task.pk, TaskStatus.IN_PROGRESS)
     event_append(
         org_id=task.org_id,
         task_id=task.pk,
@@ -153,35 +156,18 @@ def run_enqueue(
     return run
 
 
-def task_facts(task: Task) -> TaskFacts:
-    """Read the facts the holds decide on (a few queries, independent of history size)."""
-    paused_ancestors = []
-    seen = {task.pk}
-    parent_id = task.parent_id
-    while parent_id and parent_id not in seen:
-        seen.add(parent_id)
-        parent = Task.objects.filter(pk=parent_id).values("id", "paused", "parent_id").first()
-        if parent is None:
-            break
-        if parent["paused"]:
-            paused_ancestors.append(parent["id"])
-        parent_id = parent["parent_id"]
-    open_deps = tuple(task.dependencies.exclude(status=TaskStatus.DONE).order_by("id").values_list("id", flat=True))
-    return TaskFacts(
-        task_id=task.pk,
-        status=task.status,
-        paused=task.paused,
-        budget_limit=task.budget_limit,
-        budget_used=task.budget_used,
-        paused_ancestors=tuple(paused_ancestors),
-        open_dependencies=open_deps,
-    )
+def task_status_follows(task_id: int, status: str) -> None:
+    """Move an open task's status after its runs (a closed task stays closed), and mark it changed.
+
+    The caller's own event records why (a claim, a finish); the board orders by `updated_at`.
+    """
+    now = timezone.now()
+    if not TASKS.move(task_id, status, expect=_open_sources(status), strict=False, updated_at=now):
+        Task.objects.filter(pk=task_id).update(updated_at=now)
 
 
-def _set_task_status(task_id: int, status: str) -> None:
-    Task.objects.filter(pk=task_id).exclude(status__in=(TaskStatus.CANCELLED,)).update(
-        status=status, updated_at=timezone.now()
-    )
+def _open_sources(status: str) -> tuple[str, ...]:
+    return tuple(s for s in TASKS.sources(status) if s in (TaskStatus.TODO, TaskStatus.IN_PROGRESS, TaskStatus.BLOCKED))
 
 
 def _task_status_after(run: Run) -> str:
@@ -230,24 +216,23 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
                 skipped.append(run.pk)
                 continue
             now = timezone.now()
-            updated = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-                status=RunStatus.RUNNING,
+            if not RUNS.move(
+                run.pk,
+                RunStatus.RUNNING,
+                strict=False,
                 lease_worker=worker,
                 lease_owner=f"{worker.name}/{label}"[:200],
                 lease_epoch=F("lease_epoch") + 1,
                 lease_expires_at=now + lease_delta(),
                 started_at=now,
-            )
-            if updated != 1:
+            ):
                 continue
             run.refresh_from_db()
-            _set_task_status(run.task_id, TaskStatus.IN_PROGRESS)
+            task_status_follows(run.task_id, TaskStatus.IN_PROGRESS)
             # Follow-ups admitted into this run reach the agent with this claim.
-            delivered = list(
-                Message.objects.filter(run=run, status=MessageStatus.ADMITTED).values_list("pk", flat=True)
+            delivered = MESSAGES.move_all(
+                Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
             )
-            if delivered:
-                Message.objects.filter(pk__in=delivered).update(status=MessageStatus.DELIVERED)
             event_append(
                 org_id=run.org_id,
                 task_id=run.task_id,
@@ -258,9 +243,11 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
                     "epoch": run.lease_epoch,
                     "owner": run.lease_owner,
                     "attempt": run.attempt,
-                    "messages_delivered": delivered,
+                    "continues": run.continues_id,
+                    "messages_delivered": sorted(delivered),
                 },
             )
+            lifecycle.run_started(run)
             return run
     return None
 
@@ -471,22 +458,59 @@ def task_create_child(*, worker: Worker, run_id: int, epoch: int, title: str, in
     )
 
 
-def _request_stop(run: Run, *, actor, reason: str) -> None:
-    """running → stopping, inside the caller's transaction, with its event."""
-    updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=RunStatus.STOPPING, stop_reason=reason, stop_requested_by=str(getattr(actor, "username", actor))
+def _request_stop(run: Run, *, actor, reason: str) -> bool:
+    """running → stopping, inside the caller's transaction, with its event. False if it was not running."""
+    moved = RUNS.move(
+        run.pk,
+        RunStatus.STOPPING,
+        strict=False,
+        stop_reason=reason,
+        stop_requested_by=actor_label(actor),
+        stop_requested_at=timezone.now(),
+        event=Event("run_stop_requested", actor, run.org_id, run.task_id, run.pk, {"reason": reason}),
     )
-    if updated:
+    if moved:
         run.status = RunStatus.STOPPING
         run.stop_reason = reason
-        event_append(
-            org_id=run.org_id,
-            task_id=run.task_id,
-            run_id=run.pk,
-            kind="run_stop_requested",
-            actor=actor,
-            payload={"reason": reason},
+    return bool(moved)
+
+
+def authorize_person(actor, org_id: int, role: str = "operator") -> None:
+    """People are checked (tasks.authz); the system's own actors (supervisor, demo) are labels, trusted."""
+    if isinstance(actor, str) or actor is None or isinstance(actor, Worker):
+        return
+    require_role(actor, org_id, role)
+
+
+def actor_label(actor) -> str:
+    return str(getattr(actor, "username", None) or actor)[:150]
+
+
+def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, **fields) -> Run:
+    """Move a run to a final status, follow with its task's status, append its event, and tell
+    the listeners (recovery settles the attempt it belongs to), all in the caller's transaction."""
+    RUNS.move(
+        run.pk,
+        to,
+        expect=expect,
+        event=Event(
+            kind, actor, run.org_id, run.task_id, run.pk, {"status": to, "continues": run.continues_id, **payload}
+        ),
+        **fields,
+    )
+    run.refresh_from_db()
+    task_status_follows(run.task_id, _task_status_after(run))
+    if run.started_at is None:
+        # Follow-ups admitted into a run no worker started were never delivered: they wait again.
+        MESSAGES.move_all(
+            Message.objects.filter(run=run),
+            MessageStatus.WAITING,
+            expect=MessageStatus.ADMITTED,
+            run=None,
+            waiting_reason=f"Waiting: run #{run.pk} was {run.status} before any worker started it.",
         )
+    lifecycle.run_ended(run)
+    return run
 
 
 @transaction.atomic
@@ -497,7 +521,7 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
     stopping → stopped with a stop receipt (or succeeded, when the worker
     reports that every step completed before it saw the stop: the evidence says
     the work is done). `succeeded` is refused while a step is still planned or
-    dispatched.
+    dispatched; `stopped` is refused for a run nobody asked to stop.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
@@ -510,68 +534,61 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
         done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
         if done + len(dropped) != planned:
             raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
+    if status == RunStatus.STOPPED and run.status != RunStatus.STOPPING:
+        raise NotEligible(
+            f"Run #{run.pk} was not asked to stop; finish it as failed (with an error code) or succeeded.",
+            reason="not_stopping",
+        )
     now = timezone.now()
     receipt = None
     if run.status == RunStatus.STOPPING:
         final = RunStatus.SUCCEEDED if status == RunStatus.SUCCEEDED else RunStatus.STOPPED
         receipt = {"by": "worker", "epoch": epoch, "at": now.isoformat(), "reported": status}
-    elif status == RunStatus.STOPPED:
-        final = RunStatus.STOPPED
-        receipt = {"by": "worker", "epoch": epoch, "at": now.isoformat(), "reported": status}
     else:
         final = status
-    fields = dict(
-        status=final,
-        error_code=(error_code or "")[:64],
+    error_code = (error_code or "")[:64]
+    return run_end(
+        run,
+        final,
+        actor=worker,
+        kind="run_stopped" if final == RunStatus.STOPPED else "run_finished",
+        payload={"error_code": error_code, "receipt": receipt},
+        expect=run.status,
+        error_code=error_code,
         error_detail=(detail or "")[:10_000],
         finished_at=now,
         stop_receipt=receipt,
     )
-    Run.objects.filter(pk=run.pk, status__in=LEASED_RUN_STATUSES).update(**fields)
-    run.refresh_from_db()
-    _set_task_status(run.task_id, _task_status_after(run))
-    event_append(
-        org_id=run.org_id,
-        task_id=run.task_id,
-        run_id=run.pk,
-        kind="run_stopped" if final == RunStatus.STOPPED else "run_finished",
-        actor=worker,
-        payload={"status": final, "error_code": run.error_code, "receipt": receipt},
-    )
-    return run
 
 
 # --- operators -------------------------------------------------------------
 
 
 @transaction.atomic
-def run_request_stop(*, actor, run: Run) -> Run:
-    """A person's Stop. running → stopping; queued → stopped (it never started).
+def run_request_stop(*, actor, run: Run, reason: str = "stop") -> Run:
+    """A person's Stop. running → stopping; queued → stopped (it never started: the stop is verified).
 
     Stopping or final runs are returned unchanged: pressing Stop twice does nothing more.
     """
+    authorize_person(actor, run.org_id)
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status == RunStatus.RUNNING:
-        _request_stop(run, actor=actor, reason="stop")
+        _request_stop(run, actor=actor, reason=reason)
     elif run.status == RunStatus.QUEUED:
         now = timezone.now()
         receipt = {"by": "not_started", "at": now.isoformat()}
-        Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-            status=RunStatus.STOPPED,
-            stop_reason="stop",
-            stop_requested_by=str(getattr(actor, "username", actor)),
+        run = run_end(
+            run,
+            RunStatus.STOPPED,
+            actor=actor,
+            kind="run_stopped",
+            payload={"receipt": receipt},
+            expect=RunStatus.QUEUED,
+            stop_reason=reason,
+            stop_requested_by=actor_label(actor),
+            stop_requested_at=now,
             stop_receipt=receipt,
             finished_at=now,
-        )
-        run.refresh_from_db()
-        _set_task_status(run.task_id, TaskStatus.BLOCKED)
-        event_append(
-            org_id=run.org_id,
-            task_id=run.task_id,
-            run_id=run.pk,
-            kind="run_stopped",
-            actor=actor,
-            payload={"status": run.status, "receipt": receipt},
         )
     return run
 
@@ -588,6 +605,7 @@ def _descendant_ids(task: Task) -> list[int]:
 def task_pause(*, actor, task: Task) -> Task:
     """Pause a task: admission closes for it and its descendants, and their running
     runs are asked to stop at the next step boundary. Pausing twice changes nothing."""
+    authorize_person(actor, task.org_id)
     if Task.objects.filter(pk=task.pk, paused=False).update(paused=True, updated_at=timezone.now()) != 1:
         task.refresh_from_db()
         return task
@@ -603,6 +621,7 @@ def task_pause(*, actor, task: Task) -> Task:
 @transaction.atomic
 def task_resume(*, actor, task: Task) -> Task:
     """Lift a pause. A run stopped by the pause continues once, through normal admission (the supervisor)."""
+    authorize_person(actor, task.org_id)
     if Task.objects.filter(pk=task.pk, paused=True).update(paused=False, updated_at=timezone.now()) == 1:
         event_append(org_id=task.org_id, task_id=task.pk, kind="task_resumed", actor=actor)
     task.refresh_from_db()
@@ -611,20 +630,23 @@ def task_resume(*, actor, task: Task) -> Task:
 
 def run_cancel_queued(*, actor, run_id: int, error_code: str = "", detail: str = "", payload=None) -> bool:
     """queued → cancelled (it never started), with its event. Returns False if it was no longer queued."""
-    updated = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.CANCELLED, finished_at=timezone.now(), error_code=error_code[:64], error_detail=detail
-    )
-    if not updated:
+    run = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).first()
+    if run is None:
         return False
-    run = Run.objects.get(pk=run_id)
-    event_append(
-        org_id=run.org_id,
-        task_id=run.task_id,
-        run_id=run.pk,
-        kind="run_cancelled",
-        actor=actor,
-        payload={"error_code": error_code, **(payload or {})},
-    )
+    try:
+        run_end(
+            run,
+            RunStatus.CANCELLED,
+            actor=actor,
+            kind="run_cancelled",
+            payload={"error_code": error_code, **(payload or {})},
+            expect=RunStatus.QUEUED,
+            finished_at=timezone.now(),
+            error_code=error_code[:64],
+            error_detail=detail,
+        )
+    except NotEligible:
+        return False
     return True
 
 
@@ -653,32 +675,30 @@ def leases_expire(*, now=None, limit: int = 200) -> list[Run]:
             if run is None:
                 continue
             lapsed_at = run.lease_expires_at.isoformat()
+            payload = {"lease_owner": run.lease_owner, "lapsed_at": lapsed_at}
             if run.status == RunStatus.RUNNING:
-                fields = dict(
-                    status=RunStatus.INTERRUPTED,
+                run = run_end(
+                    run,
+                    RunStatus.INTERRUPTED,
+                    actor="supervisor",
+                    kind="run_interrupted",
+                    payload=payload,
+                    expect=RunStatus.RUNNING,
                     error_code="lease_lapsed",
-                    error_detail=f"Worker {run.lease_owner} stopped renewing its lease; it lapsed at {lapsed_at}.",
+                    error_detail=f"Worker {run.lease_owner} stopped renewing its lease.",
                     finished_at=now,
                 )
-                kind = "run_interrupted"
             else:
                 receipt = {"by": "lease_lapse", "epoch": run.lease_epoch, "at": lapsed_at}
-                fields = dict(status=RunStatus.STOPPED, stop_receipt=receipt, finished_at=now)
-                kind = "run_stopped"
-            Run.objects.filter(pk=run.pk, status=run.status).update(**fields)
-            run.refresh_from_db()
-            _set_task_status(run.task_id, _task_status_after(run))
-            event_append(
-                org_id=run.org_id,
-                task_id=run.task_id,
-                run_id=run.pk,
-                kind=kind,
-                actor="supervisor",
-                payload={"status": run.status, "lease_owner": run.lease_owner, "lapsed_at": lapsed_at},
-            )
+                run = run_end(
+                    run,
+                    RunStatus.STOPPED,
+                    actor="supervisor",
+                    kind="run_stopped",
+                    payload={**payload, "receipt": receipt},
+                    expect=RunStatus.STOPPING,
+                    stop_receipt=receipt,
+                    finished_at=now,
+                )
             settled.append(run)
     return settled
-
-
-def is_final(status: str) -> bool:
-    return status in FINAL_RUN_STATUSES

@@ -32,3 +32,24 @@ def when(value):
         value.strftime("%Y-%m-%d %H:%M:%S UTC"),
         naturaltime(value),
     )
+
+
+@register.filter
+def say(line):
+    """A presenter Line as HTML: text escaped, moments as `<time>` (see `when`), a person's words quoted."""
+    from django.utils.html import conditional_escape
+    from django.utils.safestring import mark_safe
+
+    from recovery.presenter import At, Said
+
+    if not line:
+        return ""
+    out = []
+    for part in line:
+        if isinstance(part, At):
+            out.append(when(part.when))
+        elif isinstance(part, Said):
+            out.append(format_html('<q class="said">{}</q>', part.text))
+        else:
+            out.append(conditional_escape(part))
+    return mark_safe("".join(str(p) for p in out))  # noqa: S308 - every part is escaped above

@@ -17,6 +17,7 @@ from tests.console.scenarios import (
     unknown_outcome_action,
     worker_of,
 )
+from tests.helpers import visible_text
 
 pytestmark = pytest.mark.django_db
 
@@ -181,6 +182,7 @@ def test_not_performed_needs_the_duplicate_risk_accepted(org, agent, login, oper
     html = card(response.text, f"action-{action.pk}")
     assert "duplicate risk" in refusal(html)
     assert "Retry requested" not in html and 'data-status="open"' in html
+    assert ">gone</textarea>" in html, "the refused form lost the note the person typed"
     assert state() == before
 
     response = client.post(
@@ -190,7 +192,10 @@ def test_not_performed_needs_the_duplicate_risk_accepted(org, agent, login, oper
     )
     assert response.status_code == 200, response.text
     html = card(response.text, f"action-{action.pk}")
-    assert "Retry requested" in html and 'class="refusal"' not in html
+    # A decision is named a decision, never a retry; the queued run is not called a continuation.
+    text = visible_text(html)
+    assert "Decision recorded: it did not happen" in text and 'class="refusal"' not in html
+    assert "Retry" not in text and "Continu" not in text
     assert "duplicate risk accepted" in html and "gone" in html
     attempt = RecoveryAttempt.objects.get(action=action)
     assert attempt.accepted_duplicate_risk and attempt.decision == "not_performed" and attempt.note == "gone"
@@ -220,24 +225,22 @@ def test_continuing_is_shown_only_once_the_continuation_was_claimed(org, agent, 
     continuation = Run.objects.get(continues_id=action.run_id)
     assert continuation.status == "queued"
     for content in (response.text, client.get(f"/tasks/{action.task_id}/").text):
-        html = card(content, f"action-{action.pk}")
-        assert "Retry requested" in html and f"run #{continuation.pk}" in html
-        assert "Continuing" not in html and "Continued" not in html
+        text = visible_text(card(content, f"action-{action.pk}"))
+        assert "Decision recorded" in text and f"Run #{continuation.pk} queued" in text
+        assert "Continu" not in text and "Retry" not in text
 
     supervise_once()  # nothing claimed it yet: the supervisor must not call it continued
-    html = card(client.get(f"/tasks/{action.task_id}/").text, f"action-{action.pk}")
-    assert "Retry requested" in html and "Continuing" not in html
+    text = visible_text(card(client.get(f"/tasks/{action.task_id}/").text, f"action-{action.pk}"))
+    assert "Decision recorded" in text and "Continu" not in text
 
     claimed = run_claim(worker=worker_of(org), label="w1-b")
     assert claimed.pk == continuation.pk
-    html = card(client.get(f"/tasks/{action.task_id}/").text, f"action-{action.pk}")
-    assert f"Continuing in run #{continuation.pk}" in html and "Retry requested" not in html
-
-    supervise_once()  # retrying → resolved (continued); the line stays true to the run
+    # The claim that started the continuation settled the action in its own transaction.
     action.refresh_from_db()
     assert action.status == "resolved" and action.resolution == "continued"
     html = card(client.get(f"/tasks/{action.task_id}/").text, f"action-{action.pk}")
-    assert f"Continuing in run #{continuation.pk}" in html
+    assert f"Continuing in run #{continuation.pk}" in html and "Retry requested" not in html
+    assert f"Run #{continuation.pk} queued" not in html
     # A refused action on the settled card re-renders it with the same line.
     response = client.post(f"/actions/{action.pk}/cancel/", {"version": action.version}, **HX)
     assert response.status_code == 409
@@ -250,10 +253,11 @@ def test_a_double_submit_creates_exactly_one_attempt(path, data, org, agent, car
     client = login(operator)
     first = client.post(f"/actions/{action.pk}/{path}/", {"version": 1, **data}, **HX)
     second = client.post(f"/actions/{action.pk}/{path}/", {"version": 1, **data}, **HX)
-    assert first.status_code == 200 and "Retry requested" in first.text
+    words = "Retry requested" if path == "retry" else "Decision recorded"
+    assert first.status_code == 200 and words in first.text
     assert second.status_code == 409
     html = card(second.text, f"action-{action.pk}")
-    assert "version 2" in refusal(html) and "Retry requested" in html
+    assert "version 2" in refusal(html) and words in html
     assert RecoveryAttempt.objects.filter(action=action).count() == 1
     assert Run.objects.filter(task_id=action.task_id).count() == 2
 
@@ -266,7 +270,8 @@ def test_retry_of_a_continuation_requests_one_attempt(org, agent, careful, login
     response = login(operator).post(f"/actions/{action.pk}/retry/", {"version": 1}, **HX)
     assert response.status_code == 200
     html = card(response.text, f"action-{action.pk}")
-    assert 'data-status="retrying"' in html and "Retry requested" in html and "Attempt 1 of 2" in html
+    assert 'data-status="retrying"' in html and "Retry requested" in html and "1 of 2 attempts used" in html
+    assert "nothing has resumed yet" in html and "Continu" not in visible_text(html)
     assert RecoveryAttempt.objects.get(action=action).requested_by == "olive"
 
 

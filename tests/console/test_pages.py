@@ -257,7 +257,7 @@ def test_the_task_page_shows_its_header_every_run_and_every_action(login, org, a
     assert len(re.findall(r'id="run-\d+"', content)) == 2
     assert content.count(f'id="action-{action.pk}"') == 1
     assert len(re.findall(r'id="action-\d+"', content)) == 1
-    assert "write the report" in content and "Retry requested" in content
+    assert "write the report" in content and "Decision recorded: it did not happen" in content
 
 
 def test_the_unknown_outcome_card_shows_the_exact_operation(login, org, agent, operator):
@@ -292,7 +292,9 @@ def test_the_run_page_shows_steps_and_lineage(login, org, agent, operator):
     assert 'data-seq="1"' in content and 'data-seq="2"' in content
     assert "file_write" in content and "report.md" in content
     assert "first run of the task" in content
-    assert f'href="/agents/builder/runs/{second.pk}/"' in content and f"continued by run #{second.pk}" in content
+    # The continuation is only queued: the lineage says so, never "continued by".
+    assert f'href="/agents/builder/runs/{second.pk}/"' in content
+    assert f"continuation run #{second.pk} (queued)" in content and "continued by" not in content
     assert "Diagnosis" in content
 
     content = client.get(f"/agents/builder/runs/{second.pk}/").text

@@ -105,7 +105,6 @@ def bulk_chain(task: Task, *, runs: int, steps: int) -> list[Run]:
                 recovery_owner="role:operator" if run is chain[-1] else "",
                 attempts=0 if run is chain[-1] else 1,
                 due_at=now + timedelta(days=1),
-                next_action="Check whether the operation happened, then record what you found.",
                 version=1 if run is chain[-1] else 3,
                 closed_at=None if run is chain[-1] else now,
             )
@@ -118,6 +117,7 @@ def bulk_chain(task: Task, *, runs: int, steps: int) -> list[Run]:
                 action=action,
                 number=1,
                 requested_by="olive",
+                requested_at=now,
                 acknowledged_at=now,
                 continuation_run=chain[i + 1],
                 outcome="continued",

@@ -383,8 +383,10 @@ def test_an_overdue_action_is_exhausted_and_only_an_admin_with_a_reason_grants_o
     parked.refresh_from_db()
     assert parked.status == "retrying" and parked.attempts == 1
     assert RecoveryAttempt.objects.filter(action=parked).count() == 1
-    lifted = Event.objects.get(kind="action_exhaustion_lifted")
-    assert lifted.actor == "ada" and lifted.payload["reason"] == "checked with the owner; safe to rewrite"
+    # The grant and the retry it admits are one change, recorded by one event with its reason.
+    granted = Event.objects.get(kind="action_retry_requested", payload__action=parked.pk)
+    assert granted.actor == "ada" and granted.payload["granted"] == "checked with the owner; safe to rewrite"
+    assert parked.exhaustion == "" and parked.max_attempts == 1
 
 
 # --- stale actions ---------------------------------------------------------------------------

@@ -156,7 +156,6 @@ def held(org, agent) -> RecoveryAction:
         cause="unknown_outcome",
         evidence={"seq": 1},
         seq=1,
-        next_action="Check whether the operation happened.",
         recovery_owner="role:operator",
     )
 
@@ -224,7 +223,7 @@ def test_a_chain_of_32_runs_refuses_one_more_even_when_an_admin_grants_it(
     before = e.state(action)
     admin = make_token_client(user_token(admin_user))
     body = assert_gate(post(admin, action.pk, "retry", action.version, reason="one more"), "chain_exhausted")
-    assert "fresh task" in body["lifted_by"]
+    assert "start over" in body["lifted_by"]
     assert e.state(action) == before  # the grant is undone with the refusal: still exhausted, same version
     # An operator may not even ask; exhaustion is lifted by an admin only.
     r = post(api, action.pk, "retry", action.version, reason="one more")

@@ -30,15 +30,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from recovery import classify as c
-from recovery.actions import action_cancel, action_decide, action_retry, admission_facts
+from recovery.actions import action_cancel, action_decide, action_retry
 from recovery.followups import message_save
 from recovery.gates import first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction, RecoveryAttempt
-from recovery.selectors import diagnose
+from recovery.selectors import admission_facts, diagnose
 from recovery.supervisor import runs_awaiting_recovery, supervise_once
-from tasks.errors import Forbidden, NotEligible, ServiceError, StaleLease, StaleVersion
+from tasks.errors import Forbidden, NotEligible, ServiceError, StaleLease, StaleVersion, TaskClosed
 from tasks.holds import task_hold
 from tasks.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, Event, Message, Run, RunStatus, Step, Task, Worker
+from tasks.selectors import task_facts
 from tasks.services import (
     leases_expire,
     run_claim,
@@ -49,7 +50,6 @@ from tasks.services import (
     step_dispatch,
     step_plan,
     task_create,
-    task_facts,
     task_pause,
     task_resume,
 )
@@ -572,7 +572,15 @@ class RecoveryMachine(RuleBasedStateMachine):
     def follow_up(self, i):
         """A person writes a follow-up; the supervisor admits it once the old execution is verifiably over."""
         task = self._task(i)
-        message = message_save(user=self.operator, task=task, body=f"follow-up on {task.title}")
+        before = (Message.objects.count(), Event.objects.count())
+        try:
+            message = message_save(user=self.operator, task=task, body=f"follow-up on {task.title}")
+        except TaskClosed:
+            # A closed task refuses follow-ups (nothing would ever deliver them), changing nothing.
+            assert task.status in ("done", "cancelled")
+            assert (Message.objects.count(), Event.objects.count()) == before
+            return
+        assert task.status not in ("done", "cancelled"), "a follow-up on a closed task was accepted"
         assert message.status == "waiting" and message.run_id is None
 
     def teardown(self):

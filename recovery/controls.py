@@ -1,0 +1,372 @@
+"""Task controls (DESIGN §6b): every gate a card names can be lifted from the console.
+
+Each control is one service: it authorizes the acting user (tasks.authz), runs
+in one transaction, moves statuses only through the transition tables, and
+appends one event with its actor and reason. Ids a caller passes (agents,
+dependencies) are resolved under the caller's visibility: what they cannot see
+is 404, exactly like what does not exist.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from recovery import classify as c
+from recovery.actions import action_retire
+from recovery.continuations import continuation_create
+from recovery.gates import first_closed_gate
+from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
+from recovery.selectors import admission_facts, diagnose
+from tasks.authz import require_role
+from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
+from tasks.events import event_append
+from tasks.models import LIVE_RUN_STATUSES, Agent, Message, MessageStatus, Role, Run, RunStatus, Task, TaskStatus
+from tasks.selectors import visible_tasks
+from tasks.services import _request_stop, actor_label, run_cancel_queued
+from tasks.transitions import MESSAGES, TASKS, Event
+
+MAX_REASON = 500
+CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
+MAX_DEPENDENCIES = 100
+
+
+def _task(user, task_id: int, role: str) -> Task:
+    """Lock the task for a person who may see it (404 otherwise) and holds `role` (403 otherwise)."""
+    task = visible_tasks(user).filter(pk=task_id).select_for_update(of=("self",)).first()
+    if task is None:
+        raise NotFound(f"No task #{task_id}.")
+    require_role(user, task.org_id, role)
+    return Task.objects.select_related("agent", "org").get(pk=task.pk)
+
+
+def _reason(reason, *, required: bool = False) -> str:
+    reason = (reason or "").strip() if isinstance(reason, str) else ""
+    if required and not reason:
+        raise Invalid("Say why: a reason is required.", field="reason")
+    if len(reason) > MAX_REASON:
+        raise Invalid(f"A reason holds at most {MAX_REASON} characters.", field="reason")
+    return reason
+
+
+def _event(task: Task, kind: str, actor, **payload) -> None:
+    event_append(org_id=task.org_id, task_id=task.pk, kind=kind, actor=actor, payload=payload)
+
+
+def _latest_run(task: Task) -> Run | None:
+    return Run.objects.filter(task=task).order_by("-id").first()
+
+
+def _source_run(task: Task) -> Run | None:
+    """The run a continuation continues: the latest one, passing over runs cancelled before they started."""
+    return (
+        Run.objects.filter(task=task)
+        .exclude(status=RunStatus.CANCELLED, started_at__isnull=True)
+        .order_by("-id")
+        .first()
+    )
+
+
+# --- owner -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def task_reassign(*, user, task_id: int, agent: str, reason: str = "") -> Task:
+    """Give the task to another agent of its organization.
+
+    Refused while a run is executing (stop it first: a run never changes owner
+    mid-flight). A queued run of the old owner is cancelled, so nothing starts
+    under the wrong owner; live actions opened under the old owner can no longer
+    admit (gate `owner_changed`); a continuation under the new owner goes
+    through normal admission.
+    """
+    task = _task(user, task_id, Role.OPERATOR)
+    reason = _reason(reason)
+    new = Agent.objects.filter(org_id=task.org_id, name=agent).first() if isinstance(agent, str) else None
+    if new is None:
+        raise NotFound(f"No agent named {agent!r} in this organization.", field="agent")
+    if new.pk == task.agent_id:
+        return task
+    latest = _latest_run(task)
+    if latest is not None and latest.status in (RunStatus.RUNNING, RunStatus.STOPPING):
+        raise NotEligible(
+            f"Run #{latest.pk} is {latest.status} under {task.agent.name}: stop it before reassigning the task.",
+            reason="run_live",
+            run=latest.pk,
+        )
+    old = task.agent.name
+    Task.objects.filter(pk=task.pk).update(agent=new, updated_at=timezone.now())
+    _event(task, "task_reassigned", user, **{"from": old, "to": new.name, "reason": reason})
+    if latest is not None and latest.status == RunStatus.QUEUED:
+        run_cancel_queued(
+            actor=user,
+            run_id=latest.pk,
+            error_code="owner_changed",
+            detail=f"The task moved from {old} to {new.name} before a worker started it.",
+        )
+    task.refresh_from_db()
+    return task
+
+
+# --- continue now --------------------------------------------------------------------
+
+
+@transaction.atomic
+def task_continue(*, user, task_id: int, note: str = "") -> Run:
+    """A continuation of the task's last run, through classification and every gate.
+
+    The way forward after a cancelled action. Refused with `needs_decision` and
+    the action's id while an action decides how the task continues; when an
+    unknown outcome is undecided and no action is live (its action was
+    cancelled), a new unknown-outcome action is opened for it and named. A
+    failed step of the last run is run again: asking to continue is asking for it.
+    """
+    task = _task(user, task_id, Role.OPERATOR)
+    note = _reason(note)
+    live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
+    if live is not None:
+        raise NeedsDecision(
+            f"Recovery action #{live.pk} decides how this task continues: act on it, or cancel it first.",
+            action=live.pk,
+        )
+    source = _source_run(task)
+    if source is None:
+        raise NotEligible(f"Task #{task.pk} has no run to continue.", reason="nothing_to_continue")
+    if source.status in LIVE_RUN_STATUSES:
+        raise NotEligible(f"Run #{source.pk} is {source.status}: there is nothing to continue yet.", reason="run_live")
+    if source.status == RunStatus.SUCCEEDED:
+        raise NotEligible(f"Run #{source.pk} succeeded: there is nothing to continue.", reason="nothing_to_continue")
+    gate = first_closed_gate(admission_facts(task=task, source=source))
+    if gate is not None:
+        raise GateClosed(gate.detail, gate=gate.gate, lifted_by=gate.lifted_by)
+    steps = list(source.steps.order_by("seq"))
+    diagnosis = diagnose(source, steps)
+    if source.status == RunStatus.FAILED:
+        from recovery.continuations import classify_as_stopped
+
+        diagnosis = classify_as_stopped(source, steps)
+    if diagnosis.disposition == c.CORRUPT or source.recovery_disabled:
+        raise NotEligible(
+            f"Run #{source.pk} cannot be continued: nothing of its checkpoint can be reused safely. Start over or "
+            "close the task.",
+            reason="corrupt_checkpoint" if diagnosis.disposition == c.CORRUPT else "recovery_disabled",
+        )
+    top = [v for v in diagnosis.steps if v.parent_seq is None]
+    unknown = [v for v in top if v.verdict == c.UNKNOWN_OUTCOME]
+    if unknown:
+        action = _open_decision(source, unknown[0], diagnosis)
+        raise NeedsDecision(
+            f"Step {unknown[0].seq} ({unknown[0].tool}) of run #{source.pk} may or may not have happened: decide it "
+            f"on recovery action #{action.pk} first.",
+            action=action.pk,
+            seq=unknown[0].seq,
+        )
+    failed = {v.seq for v in top if v.verdict == c.REUSE and v.reason == "failed"}
+    # An operator asking to continue takes responsibility for steps that were cut off twice.
+    run = continuation_create(
+        source=source,
+        actor=user,
+        reason=f"continue now by {actor_label(user)}" + (f": {note}" if note else ""),
+        rerun=failed,
+        rerun_why="retry",
+        allow_final=True,
+    )
+    _event(task, "task_continued", user, run=run.pk, continues=source.pk, note=note)
+    return run
+
+
+def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
+    from recovery.actions import action_open
+
+    step = source.steps.get(seq=verdict.seq, parent_seq__isnull=True)
+    evidence = {
+        "disposition": diagnosis.disposition,
+        "reasons": [r.as_dict() for r in diagnosis.reasons],
+        "run_status": source.status,
+        "seq": step.seq,
+        "tool": step.tool,
+        "args": step.args,
+        "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
+        "recovery_mode": step.recovery_mode,
+    }
+    source = Run.objects.select_related("task").get(pk=source.pk)
+    return action_open(
+        run=source,
+        kind=ActionKind.UNKNOWN_OUTCOME,
+        cause="unknown_outcome",
+        evidence=evidence,
+        seq=step.seq,
+        recovery_owner="role:operator",
+    )
+
+
+# --- close and reopen --------------------------------------------------------------------
+
+
+@transaction.atomic
+def task_close(*, user, task_id: int, resolution: str, reason: str) -> Task:
+    """Close a task as done or cancelled, with a reason.
+
+    A live run is stopped first (running → stopping; a queued one is cancelled),
+    live actions are retired, and follow-ups that wait (or were admitted to a
+    run no worker started) are marked "not delivered: task closed" — visible,
+    never dropped. Closing a closed task is refused.
+    """
+    task = _task(user, task_id, Role.OPERATOR)
+    if resolution not in CLOSED:
+        raise Invalid("`resolution` must be done or cancelled.", field="resolution")
+    reason = _reason(reason, required=True)
+    if task.status in CLOSED:
+        raise NotEligible(f"Task #{task.pk} is already {task.status}.", reason="already_closed")
+    now = timezone.now()
+    TASKS.move(
+        task.pk,
+        resolution,
+        closed_by=actor_label(user),
+        closed_at=now,
+        close_reason=reason,
+        updated_at=now,
+        event=Event("task_closed", user, task.org_id, task.pk, None, {"resolution": resolution, "reason": reason}),
+    )
+    stopped = []
+    for run in Run.objects.select_for_update().filter(task=task, status__in=LIVE_RUN_STATUSES):
+        if run.status == RunStatus.RUNNING:
+            _request_stop(run, actor=user, reason="closed")
+            stopped.append(run.pk)
+        elif run.status == RunStatus.QUEUED:
+            run_cancel_queued(
+                actor=user, run_id=run.pk, error_code="task_closed", detail=f"Task #{task.pk} was closed."
+            )
+            stopped.append(run.pk)
+    for action in RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).select_related("task"):
+        action_retire(action, reason=f"the task was closed ({resolution})", actor=user)
+    undelivered = MESSAGES.move_all(
+        Message.objects.filter(task=task, run__isnull=True),
+        MessageStatus.NOT_DELIVERED,
+        expect=MessageStatus.WAITING,
+        waiting_reason="Not delivered: the task was closed.",
+    )
+    if undelivered:
+        _event(task, "messages_not_delivered", user, messages=undelivered, reason="task closed")
+    task.refresh_from_db()
+    return task
+
+
+@transaction.atomic
+def task_reopen(*, user, task_id: int, reason: str) -> Task:
+    """A closed task becomes eligible again; retired actions stay retired, nothing restarts by itself."""
+    task = _task(user, task_id, Role.OPERATOR)
+    reason = _reason(reason, required=True)
+    if task.status not in CLOSED:
+        raise NotEligible(f"Task #{task.pk} is {task.status}, not closed.", reason="not_closed")
+    TASKS.move(
+        task.pk,
+        TaskStatus.TODO,
+        expect=task.status,
+        closed_by="",
+        closed_at=None,
+        close_reason="",
+        updated_at=timezone.now(),
+        event=Event("task_reopened", user, task.org_id, task.pk, None, {"was": task.status, "reason": reason}),
+    )
+    task.refresh_from_db()
+    return task
+
+
+# --- budget --------------------------------------------------------------------------------
+
+BUDGET_MAX = 2**62
+
+
+@transaction.atomic
+def task_budget(*, user, task_id: int, limit, reason: str) -> Task:
+    """Set, raise or remove (`None`) the budget limit (admin), with a reason.
+
+    A budget hold lifts at once: admission reads the new limit, and a run
+    stopped by the budget continues once on the supervisor's next pass. A limit
+    at or below what is used asks a running run to stop at its next step.
+    """
+    task = _task(user, task_id, Role.ADMIN)
+    reason = _reason(reason, required=True)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= BUDGET_MAX):
+        raise Invalid(f"`limit` must be an integer from 0 to {BUDGET_MAX}, or null to remove it.", field="limit")
+    before = task.budget_limit
+    if before == limit:
+        return task
+    Task.objects.filter(pk=task.pk).update(budget_limit=limit, updated_at=timezone.now())
+    _event(task, "task_budget_set", user, **{"from": before, "to": limit, "reason": reason})
+    task.refresh_from_db()
+    if task.budget_exhausted:
+        for run in Run.objects.select_for_update().filter(task=task, status=RunStatus.RUNNING):
+            _request_stop(run, actor=user, reason="budget")
+    return task
+
+
+# --- dependencies ----------------------------------------------------------------------------
+
+
+def _ids(values, field: str) -> list[int]:
+    if values is None:
+        return []
+    if not isinstance(values, list) or len(values) > MAX_DEPENDENCIES:
+        raise Invalid(f"`{field}` must be a list of at most {MAX_DEPENDENCIES} task ids.", field=field)
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**63:
+            raise Invalid(f"`{field}` must hold task ids.", field=field)
+        out.append(v)
+    return out
+
+
+@transaction.atomic
+def task_dependencies(*, user, task_id: int, add=None, remove=None) -> Task:
+    """Add or remove tasks this task waits on (operator). Invisible ids are 404; cycles are refused."""
+    task = _task(user, task_id, Role.OPERATOR)
+    add, remove = _ids(add, "add"), _ids(remove, "remove")
+    visible = visible_tasks(user).filter(org_id=task.org_id)
+    for dep_id in add + remove:
+        if not visible.filter(pk=dep_id).exists():
+            raise NotFound(f"No task #{dep_id}.", field="dependencies")
+    through = Task.dependencies.through
+    for dep_id in add:
+        if dep_id == task.pk or _reaches(dep_id, task.pk):
+            raise DependencyCycle(
+                f"Task #{dep_id} already waits on task #{task.pk} (directly or through others): that would be a cycle.",
+                dependency=dep_id,
+            )
+    existing = set(through.objects.filter(from_task_id=task.pk).values_list("to_task_id", flat=True))
+    added = [d for d in dict.fromkeys(add) if d not in existing]
+    removed = [d for d in dict.fromkeys(remove) if d in existing and d not in added]
+    through.objects.bulk_create([through(from_task_id=task.pk, to_task_id=d) for d in added])
+    through.objects.filter(from_task_id=task.pk, to_task_id__in=removed).delete()
+    if added or removed:
+        Task.objects.filter(pk=task.pk).update(updated_at=timezone.now())
+        _event(task, "task_dependencies_changed", user, added=added, removed=removed)
+    task.refresh_from_db()
+    return task
+
+
+def _reaches(start: int, target: int, limit: int = 10_000) -> bool:
+    """Does task `start` wait on `target`, directly or transitively?"""
+    through = Task.dependencies.through
+    seen, frontier = {start}, [start]
+    while frontier and len(seen) < limit:
+        nxt = list(
+            through.objects.filter(from_task_id__in=frontier)
+            .exclude(to_task_id__in=seen)
+            .values_list("to_task_id", flat=True)
+        )
+        if target in nxt:
+            return True
+        seen.update(nxt)
+        frontier = nxt
+    return False
+
+
+__all__ = [
+    "ActionStatus",
+    "task_budget",
+    "task_close",
+    "task_continue",
+    "task_dependencies",
+    "task_reassign",
+    "task_reopen",
+]

@@ -1,0 +1,87 @@
+"""Settle recovery records in the transaction of the fact that settles them (DESIGN §6a).
+
+Registered with `tasks.lifecycle` when the app is ready. The claim that starts a
+continuation resolves its action (`continued`); the end of that run records the
+attempt's real outcome; a continuation that ended before any worker started it
+(cancelled, stopped while queued) was not admitted, so its action is open again
+and says why. There is no window in which a finished task shows a retry in flight.
+"""
+
+from recovery.models import ActionStatus, AttemptOutcome, RecoveryAttempt
+from recovery.transitions import ACTIONS
+from tasks.models import Run, RunStatus
+from tasks.transitions import Event
+
+ENDED = {
+    RunStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    RunStatus.FAILED: AttemptOutcome.FAILED,
+    RunStatus.INTERRUPTED: AttemptOutcome.INTERRUPTED,
+    RunStatus.STOPPED: AttemptOutcome.STOPPED,
+}
+
+
+def _attempt_of(run: Run) -> RecoveryAttempt | None:
+    return RecoveryAttempt.objects.filter(continuation_run_id=run.pk).select_related("action").first()
+
+
+def on_run_started(run: Run) -> None:
+    attempt = _attempt_of(run)
+    if attempt is None:
+        return
+    RecoveryAttempt.objects.filter(pk=attempt.pk, outcome=AttemptOutcome.REQUESTED).update(
+        outcome=AttemptOutcome.CONTINUED
+    )
+    action = attempt.action
+    ACTIONS.move(
+        action.pk,
+        ActionStatus.RESOLVED,
+        expect=ActionStatus.RETRYING,
+        strict=False,
+        resolution="continued",
+        closed_at=run.started_at,
+        updated_at=run.started_at,
+        event=Event(
+            "action_resolved",
+            "system",
+            action.org_id,
+            action.task_id,
+            action.run_id,
+            {"action": action.pk, "kind": action.kind, "resolution": "continued", "continuation_run": run.pk},
+        ),
+    )
+
+
+def on_run_ended(run: Run) -> None:
+    attempt = _attempt_of(run)
+    if attempt is None:
+        return
+    if run.started_at is not None:
+        RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=ENDED.get(run.status, AttemptOutcome.FAILED))
+        return
+    detail = run.error_detail or f"run #{run.pk} was {run.status} before any worker started it"
+    RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=AttemptOutcome.REJECTED, rejected_detail=detail[:300])
+    action = attempt.action
+    ACTIONS.move(
+        action.pk,
+        ActionStatus.OPEN,
+        expect=ActionStatus.RETRYING,
+        strict=False,
+        gate_detail=detail[:300],
+        recovery_owner="role:operator",
+        updated_at=run.finished_at,
+        event=Event(
+            "action_admission_refused",
+            "system",
+            action.org_id,
+            action.task_id,
+            action.run_id,
+            {"action": action.pk, "kind": action.kind, "continuation_run": run.pk, "detail": detail},
+        ),
+    )
+
+
+def register() -> None:
+    from tasks import lifecycle
+
+    lifecycle.on_started(on_run_started)
+    lifecycle.on_ended(on_run_ended)

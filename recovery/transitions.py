@@ -1,0 +1,23 @@
+"""The transition table of recovery actions (DESIGN §6), on the same machine as runs and tasks.
+
+Every move bumps `version`, so a person acting on an older card is refused
+(`stale_version`) and nothing relies on a lock its caller may not hold.
+"""
+
+from recovery.models import ActionStatus, RecoveryAction
+from tasks.transitions import Machine
+
+A = ActionStatus
+
+ACTIONS = Machine(
+    RecoveryAction,
+    {
+        A.OPEN: frozenset({A.RETRYING, A.EXHAUSTED, A.RESOLVED, A.CANCELLED, A.RETIRED}),
+        # retrying → open: the attempt was refused at admission (a gate closed before a worker started it).
+        A.RETRYING: frozenset({A.RESOLVED, A.OPEN, A.CANCELLED, A.RETIRED}),
+        # exhausted → retrying: an admin grants one more attempt, with a reason.
+        A.EXHAUSTED: frozenset({A.RETRYING, A.CANCELLED, A.RETIRED}),
+    },
+    "recovery action",
+    versioned=True,
+)
