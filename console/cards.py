@@ -149,8 +149,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "diagnosis_line": presenter.diagnosis_line(run, diagnosis, auto_resume=auto_resume, continued_by=continuation),
         "continuation": continuation,
         "continuation_started": bool(continuation and continuation.started_at),
-        "carried_messages": carried_messages,
-        "decisions": getattr(run, "carried_decisions", []),
+        "carried": presenter.carried_lines(getattr(run, "carried_decisions", []), carried_messages),
         "can_operate": can_operate(user, run.org_id),
     }
 

@@ -32,7 +32,8 @@ def cursor_fragment(event_id: int) -> str:
 def notice_fragment() -> str:
     return (
         '<div id="live-notice" class="reconnect-notice" role="status" hx-swap-oob="true">'
-        f"{escape(RECONNECT_NOTICE)}</div>"
+        f'<span>{escape(RECONNECT_NOTICE)}</span> <button type="button" class="quiet" data-dismiss="live-notice">'
+        "Dismiss</button></div>"
     )
 
 

@@ -610,3 +610,25 @@ def run_lines(run, *, auto_resume: bool = True) -> list[Line]:
     if run.recovery_disabled:
         lines.append((f"Recovery is off for this run: {run.recovery_disabled}",))
     return lines
+
+
+def carried_lines(decisions, messages) -> list[Line]:
+    """What a run carried in: the decisions it acts on and the follow-ups admitted into it."""
+    lines: list[Line] = []
+    for d in decisions:
+        lines.append(
+            (
+                f"Carries a decision: {DECIDED.get(d.decision, d.decision)} (",
+                d.requested_by,
+                ", ",
+                At(d.requested_at),
+                *((": ", Said(d.note)) if d.note else ()),
+                ").",
+            )
+        )
+    for m in messages:
+        author = m.author.username if getattr(m, "author", None) else "someone"
+        body = m.body if len(m.body) <= 200 else m.body[:199] + "…"
+        state = {"delivered": "delivered", "admitted": "delivered when a worker starts it"}.get(m.status, m.status)
+        lines.append((f"Carries a follow-up from {author} (", At(m.created_at), "): ", Said(body), f" — {state}."))
+    return lines

@@ -1,31 +1,37 @@
-"""Django admin: read-mostly. State fields are changed by services, never by hand here."""
+"""Django admin: read-only, except a member's role, which is changed through its service.
+
+Every change a person makes must append its event (live sockets re-check
+access on `member_set`), so nothing is added, deleted or edited here by hand:
+organizations, members, agents and tokens are made with the management
+commands (API.md), and state changes with the console's controls.
+"""
 
 from django.contrib import admin
 
-from tasks import models
+from tasks import accounts, models
 
 
 class ReadMostly(admin.ModelAdmin):
-    """Everything read-only except the fields named in `editable`."""
+    """Everything read-only except the fields named in `editable` (each saved through a service)."""
 
     editable: tuple[str, ...] = ()
 
     def get_readonly_fields(self, request, obj=None):
-        if obj is None:
-            return ()
         return [f.name for f in self.model._meta.fields if f.name not in self.editable]
 
     def has_add_permission(self, request):
-        return bool(self.editable) and super().has_add_permission(request)
+        return False
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def has_change_permission(self, request, obj=None):
+        return bool(self.editable) and super().has_change_permission(request, obj)
 
 
 @admin.register(models.Organization)
 class OrganizationAdmin(ReadMostly):
     list_display = ("slug", "name", "created_at")
-    editable = ("name",)
 
 
 @admin.register(models.Membership)
@@ -33,6 +39,10 @@ class MembershipAdmin(ReadMostly):
     list_display = ("user", "org", "role")
     list_filter = ("org", "role")
     editable = ("role",)
+
+    def save_model(self, request, obj, form, change):
+        # Through the service, so the change appends `member_set` and open sockets re-check access at once.
+        accounts.member_add(org=obj.org, username=obj.user.username, role=obj.role, actor=request.user)
 
 
 @admin.register(models.Agent)
@@ -62,7 +72,6 @@ class TaskAdmin(ReadMostly):
     list_display = ("id", "title", "org", "agent", "status", "paused", "budget_used", "budget_limit", "updated_at")
     list_filter = ("org", "status", "paused")
     search_fields = ("title",)
-    editable = ("title",)
 
 
 @admin.register(models.Run)

@@ -470,8 +470,7 @@ def _request_stop(run: Run, *, actor, reason: str) -> bool:
         event=Event("run_stop_requested", actor, run.org_id, run.task_id, run.pk, {"reason": reason}),
     )
     if moved:
-        run.status = RunStatus.STOPPING
-        run.stop_reason = reason
+        run.refresh_from_db(fields=["status", "stop_reason", "stop_requested_by", "stop_requested_at"])
     return bool(moved)
 
 

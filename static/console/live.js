@@ -1,8 +1,14 @@
-// Live updates: the connection indicator, and a resync request on every (re)connect.
-// The server re-renders cards from saved state; this file only reports where the page is.
+// Live updates: the connection indicator, a resync request on every (re)connect, and pushes that
+// never take away what a person is typing. The server re-renders cards from saved state; this file
+// only reports where the page is and keeps form input across out-of-band swaps.
 (function () {
   var opens = 0, failures = 0;
-  var words = { live: "Live", reconnecting: "Reconnecting…", offline: "Offline — retrying", stopped: "Live updates stopped" };
+  var words = {
+    live: "Live",
+    reconnecting: "Reconnecting…",
+    unreachable: "Server unreachable — retrying",
+    stopped: "Live updates stopped — reload the page",
+  };
   function show(state) {
     var el = document.getElementById("live-indicator");
     if (!el) return;
@@ -31,7 +37,91 @@
     var code = e.detail.event && e.detail.event.code;
     if (code === 4403 || code === 4401) { show("stopped"); return; }
     failures += 1;
-    show(failures > 3 || navigator.onLine === false ? "offline" : "reconnecting");
+    // A socket that cannot even open again means the server is not answering.
+    show(failures > 1 || navigator.onLine === false ? "unreachable" : "reconnecting");
   });
-  window.addEventListener("offline", function () { show("offline"); });
+  document.addEventListener("htmx:wsError", function () { show("unreachable"); });
+  window.addEventListener("offline", function () { show("unreachable"); });
+
+  // The reconnect notice can be dismissed; it sits in the page flow and never covers controls.
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("[data-dismiss]");
+    if (!button) return;
+    var box = document.getElementById(button.dataset.dismiss);
+    if (box) box.hidden = true;
+  });
+
+  // --- keeping what a person types across pushes ---------------------------------------------
+  function fields(root) {
+    return Array.prototype.filter.call(root.querySelectorAll("input, textarea, select"), function (el) {
+      return el.type !== "hidden" && el.type !== "submit" && el.name;
+    });
+  }
+  function dirty(el) {
+    if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
+    if (el.tagName === "SELECT") {
+      return Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; });
+    }
+    return el.value !== el.defaultValue;
+  }
+  function editing(root) {
+    var active = document.activeElement;
+    var focused = active && root.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName);
+    return focused || fields(root).some(dirty);
+  }
+  function key(el) {
+    var form = el.form;
+    return (form ? form.getAttribute("action") || "" : "") + "|" + el.name + "|" + (el.type === "checkbox" ? el.value : "");
+  }
+  function carry(from, to) {
+    var typed = {};
+    fields(from).forEach(function (el) { if (dirty(el)) typed[key(el)] = el; });
+    fields(to).forEach(function (el) {
+      var old = typed[key(el)];
+      if (!old) return;
+      if (el.type === "checkbox" || el.type === "radio") el.checked = old.checked;
+      else el.value = old.value;
+    });
+  }
+  var refocus = null;
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var target = e.detail.target, fragment = e.detail.fragment;
+    if (!target || !fragment || !target.id) return;
+    var fresh = fragment.querySelector ? fragment.querySelector("#" + CSS.escape(target.id)) : null;
+    fresh = fresh || fragment.firstElementChild;
+    if (!fresh) return;
+    // The card being edited, unchanged by this push: leave it as it is.
+    if (target.hasAttribute("data-keep") && target.dataset.version && target.dataset.version === fresh.dataset.version && editing(target)) {
+      e.detail.shouldSwap = false;
+      return;
+    }
+    Array.prototype.forEach.call(target.querySelectorAll("[data-keep][id]"), function (old) {
+      var match = fragment.querySelector("#" + CSS.escape(old.id));
+      if (!match || !editing(old)) return;
+      if (old.dataset.version && old.dataset.version === match.dataset.version) {
+        match.setAttribute("hx-preserve", "true"); // htmx keeps the element itself (and its focus)
+      } else {
+        carry(old, match);
+      }
+    });
+    // A changed card keeps what was typed into it.
+    if (editing(target)) carry(target, fresh);
+    var active = document.activeElement;
+    if (active && target.contains(active) && active.name) {
+      refocus = { key: key(active), start: active.selectionStart, end: active.selectionEnd };
+    }
+  });
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    if (!refocus) return;
+    var wanted = refocus;
+    refocus = null;
+    var candidates = document.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < candidates.length; i++) {
+      if (candidates[i].name && key(candidates[i]) === wanted.key) {
+        candidates[i].focus();
+        try { candidates[i].setSelectionRange(wanted.start, wanted.end); } catch (err) { /* not a text field */ }
+        break;
+      }
+    }
+  });
 })();

@@ -1,0 +1,162 @@
+"""One transition function per stateful model: the tables, and nothing else writes a status.
+
+Every (from → to) pair of each model is tried on a real row: a pair in the
+table moves it (with its event when one is given), any other is refused before
+any SQL runs and leaves the row as it was.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+
+from recovery.models import ActionStatus, RecoveryAction
+from recovery.transitions import ACTIONS
+from tasks.errors import NotEligible
+from tasks.models import Event, Message, MessageStatus, Run, RunStatus, Task, TaskStatus
+from tasks.transitions import MESSAGES, RUNS, TASKS, IllegalTransition
+from tasks.transitions import Event as TransitionEvent
+from tests.processes import ROOT
+from tests.recovery import engine as e
+
+MACHINES = {
+    "run": (RUNS, RunStatus.values),
+    "task": (TASKS, TaskStatus.values),
+    "message": (MESSAGES, MessageStatus.values),
+    "action": (ACTIONS, ActionStatus.values),
+}
+
+
+def _row(name: str, org, status: str):
+    """A row of the model in `status`, written directly as a fixture (the one place a test may)."""
+    task = e.start(org, [e.SAFE], title=f"{name}-{status}")
+    if name == "task":
+        Task.objects.filter(pk=task.pk).update(status=status)
+        return Task.objects.get(pk=task.pk)
+    run = e.first_run(task)
+    if name == "run":
+        return run
+    if name == "message":
+        Message.objects.create(org=org, task=task, body="hi", status=MessageStatus.WAITING)
+        return Message.objects.get(task=task)
+    return RecoveryAction.objects.create(
+        org=org, task=task, run=run, kind="continuation", cause="test", evidence={}, original_owner_id=task.agent_id
+    )
+
+
+def pairs():
+    for name, (machine, values) in MACHINES.items():
+        for source in values:
+            for target in values:
+                if source != target:
+                    yield pytest.param(name, source, target, id=f"{name}:{source}->{target}")
+
+
+@pytest.mark.parametrize("name,source,target", pairs())
+def test_every_move_outside_the_table_is_refused_and_every_move_inside_it_is_made(name, source, target, org, agent):
+    machine, _ = MACHINES[name]
+    row = _row(name, org, source)
+    model = type(row)
+    # Put the row in `source` as a fixture would (runs and messages have constraints on what goes with a status).
+    if name == "run":
+        fields = {"status": source}
+        if source in ("running", "stopping"):
+            fields.update(lease_owner="w/x", lease_epoch=1, lease_expires_at=row.created_at)
+        model.objects.filter(pk=row.pk).update(**fields)
+    elif name == "message" and source != "waiting":
+        run = Run.objects.filter(task_id=row.task_id).first()
+        model.objects.filter(pk=row.pk).update(status=source, run=run)
+    else:
+        model.objects.filter(pk=row.pk).update(status=source)
+    events = Event.objects.count()
+    allowed = machine.allowed(source, target)
+    extra = {}
+    if name == "run" and target in ("running", "stopping"):
+        extra = {"lease_owner": "w/x", "lease_epoch": 1, "lease_expires_at": row.created_at}
+    if name == "message" and target in ("admitted", "delivered"):
+        extra = {"run": Run.objects.filter(task_id=row.task_id).first()}
+    with transaction.atomic():
+        if allowed:
+            moved = machine.move(
+                row.pk, target, expect=source, event=TransitionEvent("test_move", "test", org.pk, None, None), **extra
+            )
+            assert moved == 1
+        else:
+            with pytest.raises(IllegalTransition):
+                machine.move(row.pk, target, expect=source)
+    current = model.objects.get(pk=row.pk).status
+    assert current == (target if allowed else source)
+    assert Event.objects.count() == events + (1 if allowed else 0)
+
+
+def test_a_move_whose_row_changed_meanwhile_is_refused_and_changes_nothing(org, agent):
+    task = e.start(org, [e.SAFE])
+    run = e.first_run(task)
+    with transaction.atomic():
+        # queued → running is in the table, but the row is no longer queued.
+        Run.objects.filter(pk=run.pk).update(status="cancelled")
+        with pytest.raises(NotEligible):
+            RUNS.move(run.pk, RunStatus.RUNNING, lease_owner="w", lease_epoch=1, lease_expires_at=run.created_at)
+        assert RUNS.move(run.pk, RunStatus.CANCELLED, strict=False) == 0
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_move_outside_a_transaction_is_refused(org, agent):
+    task = e.start(org, [e.SAFE])
+    with pytest.raises(IllegalTransition):
+        RUNS.move(e.first_run(task).pk, RunStatus.CANCELLED)
+
+
+def test_an_action_move_bumps_its_version(org, agent):
+    action = _row("action", org, "open")
+    with transaction.atomic():
+        ACTIONS.move(action.pk, ActionStatus.CANCELLED)
+    assert RecoveryAction.objects.get(pk=action.pk).version == action.version + 1
+
+
+# --- nothing else writes a status ---------------------------------------------------------
+
+STATUS_MODELS = ("Run", "Task", "Message", "RecoveryAction")
+SOURCES = [p for d in ("tasks", "recovery", "console") for p in (ROOT / d).rglob("*.py") if "migrations" not in p.parts]
+# Services create rows in their first status; only the transition module moves them.
+CREATORS = {"tasks/services.py", "recovery/actions.py", "recovery/continuations.py", "recovery/followups.py"}
+
+
+def status_writes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            keywords = {k.arg for k in node.keywords}
+            if node.func.attr in ("update", "bulk_update", "update_or_create") and "status" in keywords:
+                found.append(f"{node.func.attr}(status=…) at line {node.lineno}")
+            if node.func.attr in ("create", "get_or_create") and "status" in keywords:
+                found.append(f"create(status=…) at line {node.lineno}")
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == "status":
+                    found.append(f".status = … at line {node.lineno}")
+    return found
+
+
+def test_only_the_transition_module_moves_a_status_and_only_services_create_rows_with_one():
+    offenders = {}
+    for path in SOURCES:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("tasks/transitions.py", "tasks/worker/client.py"):  # the client's `status` is an HTTP code
+            continue
+        writes = status_writes(path)
+        if rel in CREATORS:
+            writes = [w for w in writes if not w.startswith("create(")]
+        if writes:
+            offenders[rel] = writes
+    assert offenders == {}, f"status written outside the transition functions: {offenders}"
+
+
+def test_the_grep_itself_catches_a_status_write(tmp_path):
+    bad = tmp_path / "views.py"
+    bad.write_text("def v(run):\n    Run.objects.filter(pk=1).update(status='running')\n    run.status = 'x'\n")
+    assert len(status_writes(bad)) == 2
