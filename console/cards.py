@@ -129,7 +129,8 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "step": s,
                 "label": row.label,
                 "note": row.note,
-                "took": presenter.duration(s.dispatched_at, s.completed_at),
+                "declared": row.declared,
+                "took": "" if row.declared else presenter.duration(s.dispatched_at, s.completed_at),
             }
         )
     continuation = next(

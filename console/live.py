@@ -110,7 +110,7 @@ def check_access(user, page: str, obj_id: int | None) -> Access:
 
 
 def board_snapshot(user, *, state: str, q: str) -> str:
-    tasks, _ = task_page(user, state=state, q=q, limit=50, order="attention")
+    tasks, _ = task_page(user, state="active" if state == "running" else state, q=q, limit=50, order="attention")
     rows = "".join(cards.render_task_row(t, user=user) for t in tasks)
     if not rows:
         rows = '<tr class="empty"><td colspan="7">No tasks in this view.</td></tr>'

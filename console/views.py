@@ -52,10 +52,13 @@ def board(request):
     cursor = request.GET.get("cursor") or None
     last_event = last_event_id()
     try:
-        tasks, next_cursor = task_page(request.user, state=state, q=q, cursor=cursor, limit=50, order="attention")
+        filter_state = "active" if state == "running" else state
+        tasks, next_cursor = task_page(
+            request.user, state=filter_state, q=q, cursor=cursor, limit=50, order="attention"
+        )
     except ServiceError as exc:
         return HttpResponseBadRequest(exc.detail)
-    total = task_count(request.user, state=state, q=q, cap=COUNT_CAP)
+    total = task_count(request.user, state=filter_state, q=q, cap=COUNT_CAP)
     count_text = f"{COUNT_CAP:,}+ tasks" if total > COUNT_CAP else f"{total:,} task{'s' if total != 1 else ''}"
     rows = [cards.task_row_context(t, request.user) for t in tasks]
     return _page(
@@ -292,7 +295,15 @@ def _task_id(value: str) -> int:
 
 task_pause = _task_header_action(lambda r, t: services.task_pause(actor=r.user, task=t))
 task_resume = _task_header_action(lambda r, t: services.task_resume(actor=r.user, task=t))
-task_continue = _task_header_action(lambda r, t: controls.task_continue(user=r.user, task_id=t.pk))
+
+
+def _continue(request, task):
+    done = controls.task_continue(user=request.user, task_id=task.pk)
+    if done.run is None:
+        raise done.refusal()
+
+
+task_continue = _task_header_action(_continue)
 task_owner = _task_header_action(
     lambda r, t: controls.task_reassign(
         user=r.user, task_id=t.pk, agent=r.POST.get("agent", ""), reason=r.POST.get("owner_reason", "")

@@ -299,7 +299,12 @@ class TaskContinueView(OperatorView):
         data.is_valid(raise_exception=True)
 
         def handle():
-            run = controls.task_continue(user=request.user, task_id=task_id, note=data.validated_data["note"])
+            done = controls.task_continue(user=request.user, task_id=task_id, note=data.validated_data["note"])
+            if done.run is None:
+                # Answered, not raised: the decision it opened (if any) is kept.
+                refusal = done.refusal()
+                return Response(refusal.as_dict(), status=refusal.status_code)
+            run = done.run
             return Response({"run": run.pk, "task": task_id, "status": run.status}, status=status.HTTP_202_ACCEPTED)
 
         return idempotent(request, handle)

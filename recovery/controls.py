@@ -7,6 +7,8 @@ dependencies) are resolved under the caller's visibility: what they cannot see
 is 404, exactly like what does not exist.
 """
 
+from dataclasses import dataclass
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -109,8 +111,23 @@ def task_reassign(*, user, task_id: int, agent: str, reason: str = "") -> Task:
 # --- continue now --------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Continued:
+    """What Continue now did: queued `run`, or named the `action` that must decide first (not an error:
+    opening that action is a change that is kept)."""
+
+    run: Run | None = None
+    action: int | None = None
+    detail: str = ""
+    seq: int | None = None
+
+    def refusal(self) -> NeedsDecision:
+        extra = {"action": self.action} | ({"seq": self.seq} if self.seq is not None else {})
+        return NeedsDecision(self.detail, **extra)
+
+
 @transaction.atomic
-def task_continue(*, user, task_id: int, note: str = "") -> Run:
+def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     """A continuation of the task's last run, through classification and every gate.
 
     The way forward after a cancelled action. Refused with `needs_decision` and
@@ -123,9 +140,9 @@ def task_continue(*, user, task_id: int, note: str = "") -> Run:
     note = _reason(note)
     live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
     if live is not None:
-        raise NeedsDecision(
-            f"Recovery action #{live.pk} decides how this task continues: act on it, or cancel it first.",
+        return Continued(
             action=live.pk,
+            detail=f"Recovery action #{live.pk} decides how this task continues: act on it, or cancel it first.",
         )
     source = _source_run(task)
     if source is None:
@@ -153,11 +170,11 @@ def task_continue(*, user, task_id: int, note: str = "") -> Run:
     unknown = [v for v in top if v.verdict == c.UNKNOWN_OUTCOME]
     if unknown:
         action = _open_decision(source, unknown[0], diagnosis)
-        raise NeedsDecision(
-            f"Step {unknown[0].seq} ({unknown[0].tool}) of run #{source.pk} may or may not have happened: decide it "
-            f"on recovery action #{action.pk} first.",
+        return Continued(
             action=action.pk,
             seq=unknown[0].seq,
+            detail=f"Step {unknown[0].seq} ({unknown[0].tool}) of run #{source.pk} may or may not have happened: "
+            f"decide it on recovery action #{action.pk} first.",
         )
     failed = {v.seq for v in top if v.verdict == c.REUSE and v.reason == "failed"}
     # An operator asking to continue takes responsibility for steps that were cut off twice.
@@ -170,7 +187,7 @@ def task_continue(*, user, task_id: int, note: str = "") -> Run:
         allow_final=True,
     )
     _event(task, "task_continued", user, run=run.pk, continues=source.pk, note=note)
-    return run
+    return Continued(run=run)
 
 
 def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:

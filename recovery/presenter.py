@@ -150,12 +150,10 @@ def task_state(task, current_run, actions) -> str:
         return "stopping"
     if current_run is not None and current_run.status == "running":
         return "running"
-    if task.paused or task.budget_exhausted:
+    if task.paused or task.budget_exhausted or getattr(task, "has_open_dependency", False):
         return "blocked"
     if current_run is not None and current_run.status == "queued":
         return "queued"
-    if task.status == "blocked":
-        return "blocked"
     return "idle"
 
 
@@ -515,6 +513,7 @@ def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None) -> L
 class StepRow:
     label: str
     note: Line | None = None
+    declared: bool = False  # a person's statement stands in for the step: it has no saved result
 
 
 def step_row(step, *, run, verdict=None, disposition: str | None = None, reused_run_id=None) -> StepRow:
@@ -529,28 +528,35 @@ def step_row(step, *, run, verdict=None, disposition: str | None = None, reused_
                 *_said(declared.get("note", "")),
                 " — no saved result",
             ),
+            declared=True,
         )
     if step.reused_from_id:
         source = f" of run #{reused_run_id}" if reused_run_id else ""
         return StepRow("reused", (f"reused — saved result{source}",))
     rerun = {r.get("seq"): r.get("why") for r in carry.get("rerun", []) if isinstance(r, dict)}
     why = rerun.get(step.seq) if step.parent_seq is None else None
+    # Said only in the run that ran it again, and only once it did.
+    again = RERUN_WORDS.get(why) if step.phase in ("dispatched", "completed", "failed") else None
     if verdict is not None and disposition is not None:
-        return _verdict_row(step, verdict, disposition)
-    label = {"planned": "planned", "dispatched": "running", "completed": "completed", "failed": "failed"}[step.phase]
-    if step.phase == "dispatched" and run.status not in ("running", "stopping"):
-        label = "cut off"
-    notes = {
-        "replay": "run again (replay)",
-        "retry": "run again (retry requested)",
-        "decided": "run again (decided: it did not happen)",
-        "follow-up": "run again (follow-up)",
-    }
-    if why in notes and step.phase in ("dispatched", "completed", "failed"):
-        return StepRow(label, (notes[why],))
-    if step.phase == "failed":
-        return StepRow(label, (f"failed: {step.error or 'no detail'}",))
-    return StepRow(label)
+        row = _verdict_row(step, verdict, disposition)
+    else:
+        label = {"planned": "planned", "dispatched": "running", "completed": "completed", "failed": "failed"}
+        row = StepRow(label[step.phase])
+        if step.phase == "dispatched" and run.status not in ("running", "stopping"):
+            row.label = "cut off"
+        if step.phase == "failed":
+            row.note = (f"failed: {step.error or 'no detail'}",)
+    if again:
+        row.note = (again, "; ", *row.note) if row.note else (again,)
+    return row
+
+
+RERUN_WORDS = {
+    "replay": "run again (replay)",
+    "retry": "run again (retry requested)",
+    "decided": "run again (decided: it did not happen)",
+    "follow-up": "run again (follow-up)",
+}
 
 
 def _verdict_row(step, verdict, disposition: str) -> StepRow:

@@ -22,9 +22,13 @@ def _latest_run(field: str = "pk"):
 
 def annotate_state(qs):
     live = RecoveryAction.objects.filter(task=OuterRef("pk"))
+    open_dependency = Task.dependencies.through.objects.filter(from_task_id=OuterRef("pk")).exclude(
+        to_task__status="done"
+    )
     return qs.annotate(
         has_exhausted=Exists(live.filter(status=ActionStatus.EXHAUSTED)),
         has_open=Exists(live.filter(status=ActionStatus.OPEN)),
+        has_open_dependency=Exists(open_dependency),
         current_run_id=_latest_run(),
         current_run_status=_latest_run("status"),
     )
@@ -43,13 +47,20 @@ def state_filter(qs, state: str):
     if state == "needs_decision":
         return qs.filter(has_open=True)
     qs = qs.filter(has_open=False)
-    running = Q(current_run_status__in=("running", "stopping"))
+    stopping = Q(current_run_status="stopping")
+    running = Q(current_run_status="running")
+    if state == "stopping":
+        return qs.filter(stopping)
     if state == "running":
         return qs.filter(running)
-    qs = qs.exclude(running)
-    held = Q(paused=True) | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit"))
+    if state == "active":  # the board's Running tab: executing, stopping included
+        return qs.filter(running | stopping)
+    qs = qs.exclude(running | stopping)
+    # A gate holds it; a task that merely has nothing scheduled is idle, not blocked.
+    blocked = (
+        Q(paused=True) | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit")) | Q(has_open_dependency=True)
+    )
     queued = Q(current_run_status="queued")
-    blocked = held | (~queued & Q(status="blocked"))
     if state == "blocked":
         return qs.filter(blocked)
     qs = qs.exclude(blocked)

@@ -27,7 +27,7 @@ def when(value):
         return ""
     value = timezone.localtime(value, UTC) if timezone.is_aware(value) else value
     return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
+        '<time datetime="{}" title="{}" data-relative>{}</time>',
         value.isoformat(),
         value.strftime("%Y-%m-%d %H:%M:%S UTC"),
         naturaltime(value),

@@ -125,3 +125,26 @@
     }
   });
 })();
+
+// Relative times ("3 minutes ago") stay true while a page is open: recomputed from `datetime` each 30 s.
+(function () {
+  if (!window.Intl || !Intl.RelativeTimeFormat) return;
+  var format = new Intl.RelativeTimeFormat("en", { numeric: "auto" });
+  var units = [["year", 31536000], ["month", 2592000], ["day", 86400], ["hour", 3600], ["minute", 60], ["second", 1]];
+  function relative(when) {
+    var seconds = (when - Date.now()) / 1000;
+    if (Math.abs(seconds) < 10) return "now";
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(seconds) >= units[i][1] || units[i][0] === "second") {
+        return format.format(Math.round(seconds / units[i][1]), units[i][0]);
+      }
+    }
+  }
+  function tick() {
+    Array.prototype.forEach.call(document.querySelectorAll("time[datetime][data-relative]"), function (el) {
+      var when = Date.parse(el.getAttribute("datetime"));
+      if (!isNaN(when)) el.textContent = relative(when);
+    });
+  }
+  setInterval(tick, 30000);
+})();

@@ -72,7 +72,8 @@ def test_an_operator_decides_an_unknown_write_and_watches_it_continue(
     expect(card).to_contain_text("Unknown outcome")
     expect(card.locator("code.tool")).to_have_text("file_write")
     expect(card.locator("pre.args")).to_contain_text("report.md")
-    expect(card).to_contain_text(dispatched.isoformat())
+    # The dispatch time reads as relative text; the exact time is in the <time> element.
+    expect(card.locator(f'time[datetime="{dispatched.isoformat()}"]')).to_have_count(1)
     expect(card).not_to_contain_text("Retry requested")
     expect_live(page)
     page.screenshot(path=str(SCREENSHOTS / "task.png"))
@@ -80,9 +81,10 @@ def test_an_operator_decides_an_unknown_write_and_watches_it_continue(
     card.get_by_label("What did you find?").fill("checked the workspace: report.md is not there")
     card.get_by_label("I accept that running it again may do it twice").check()
     card.get_by_role("button", name="It did not happen — run it again").click()
-    expect(card).to_contain_text("Retry requested", timeout=10_000)
+    expect(card).to_contain_text("Decision recorded: it did not happen", timeout=10_000)
     expect(card).to_contain_text("duplicate risk accepted")
     expect(card).not_to_contain_text("Continuing")
+    expect(card).not_to_contain_text("Retry")
     expect(card.locator(".refusal")).to_have_count(0)
     attempt = RecoveryAttempt.objects.get(action=action)
     assert attempt.decision == "not_performed" and attempt.accepted_duplicate_risk
@@ -90,9 +92,9 @@ def test_an_operator_decides_an_unknown_write_and_watches_it_continue(
     continuation = attempt.continuation_run
     assert continuation.status == "queued"
 
-    # A reload still says only what is true: requested, not resumed.
+    # A reload still says only what is true: decided and queued, not resumed.
     page.reload()
-    expect(card).to_contain_text("Retry requested")
+    expect(card).to_contain_text(f"Run #{continuation.pk} queued — step 2 will run again.")
     expect(card).not_to_contain_text("Continu")
 
     worker = start_worker(daphne_server, token)
@@ -110,7 +112,7 @@ def test_an_operator_decides_an_unknown_write_and_watches_it_continue(
             worker.kill()
             worker.wait()
     assert worker.returncode == 0, out
-    assert "Retry requested" not in seen
+    assert "Retry" not in seen
 
     supervise_once()
     page.reload()
