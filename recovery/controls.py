@@ -23,7 +23,7 @@ from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, No
 from tasks.events import event_append
 from tasks.models import LIVE_RUN_STATUSES, Agent, Message, MessageStatus, Role, Run, RunStatus, Task, TaskStatus
 from tasks.selectors import visible_tasks
-from tasks.services import _request_stop, actor_label, run_cancel_queued
+from tasks.services import _request_stop, actor_label, run_cancel_queued, run_enqueue
 from tasks.transitions import MESSAGES, TASKS, Event
 
 MAX_REASON = 500
@@ -104,6 +104,10 @@ def task_reassign(*, user, task_id: int, agent: str, reason: str = "") -> Task:
             error_code="owner_changed",
             detail=f"The task moved from {old} to {new.name} before a worker started it.",
         )
+        if latest.continues_id is None:
+            # Nothing of the task has run yet: its first run waits again, under the new owner.
+            task.refresh_from_db()
+            run_enqueue(task=task, actor=user, input=latest.input, payload={"reason": f"reassigned to {new.name}"})
     task.refresh_from_db()
     return task
 
@@ -146,7 +150,16 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
         )
     source = _source_run(task)
     if source is None:
-        raise NotEligible(f"Task #{task.pk} has no run to continue.", reason="nothing_to_continue")
+        latest = _latest_run(task)
+        if latest is None:
+            raise NotEligible(f"Task #{task.pk} has no run to continue.", reason="nothing_to_continue")
+        # No run of it ever started (each was cancelled while queued): nothing to reuse, so its plan runs.
+        gate = first_closed_gate(admission_facts(task=task, source=latest))
+        if gate is not None:
+            raise GateClosed(gate.detail, gate=gate.gate, lifted_by=gate.lifted_by)
+        run = run_enqueue(task=task, actor=user, input=latest.input, payload={"reason": "continue now"})
+        _event(task, "task_continued", user, run=run.pk, continues=None, note=note)
+        return Continued(run=run)
     if source.status in LIVE_RUN_STATUSES:
         raise NotEligible(f"Run #{source.pk} is {source.status}: there is nothing to continue yet.", reason="run_live")
     if source.status == RunStatus.SUCCEEDED:

@@ -83,6 +83,24 @@
       else el.value = old.value;
     });
   }
+  // A card an action answers with (a plain htmx swap) keeps the sections a person had opened.
+  var opened = null;
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var target = e.detail.target;
+    opened = {};
+    if (!target) return;
+    var all = target.matches && target.matches("details[id]") ? [target] : [];
+    Array.prototype.push.apply(all, target.querySelectorAll ? target.querySelectorAll("details[id]") : []);
+    all.forEach(function (d) { opened[d.id] = d.open; });
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (!opened) return;
+    Object.keys(opened).forEach(function (id) {
+      var d = document.getElementById(id);
+      if (d && d.tagName === "DETAILS" && opened[id]) d.open = true;
+    });
+    opened = null;
+  });
   var refocus = null;
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var target = e.detail.target, fragment = e.detail.fragment;
@@ -104,8 +122,14 @@
         carry(old, match);
       }
     });
-    // A changed card keeps what was typed into it.
+    // A changed card keeps what was typed into it, and which of its sections a person opened or closed.
     if (editing(target)) carry(target, fresh);
+    var olds = target.matches("details[id]") ? [target] : [];
+    Array.prototype.push.apply(olds, target.querySelectorAll("details[id]"));
+    olds.forEach(function (old) {
+      var match = old === target ? fresh : fragment.querySelector("#" + CSS.escape(old.id));
+      if (match && match.tagName === "DETAILS") match.open = old.open;
+    });
     var active = document.activeElement;
     if (active && target.contains(active) && active.name) {
       refocus = { key: key(active), start: active.selectionStart, end: active.selectionEnd };
