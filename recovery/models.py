@@ -12,7 +12,6 @@ class ActionKind(models.TextChoices):
     UNKNOWN_OUTCOME = "unknown_outcome"
     WORKSPACE_VALIDATION = "workspace_validation"
     WORKSPACE_EXPORT = "workspace_export"
-    USER_CONTINUATION = "user_continuation"
 
 
 class ActionStatus(models.TextChoices):
