@@ -158,9 +158,10 @@ def step_data(step: Step) -> dict:
 
 
 def claim_data(run: Run) -> dict:
+    # A carried batch item may be a saved failure (`ok` false): it stays failed, it is not run again.
     reused = [
-        {"seq": s.seq, "result": s.result}
-        for s in run.steps.filter(reused_from__isnull=False).order_by("seq").only("seq", "result")
+        {"seq": s.seq, "result": s.result, "ok": s.phase == "completed", "error": s.error or None}
+        for s in run.steps.filter(reused_from__isnull=False).order_by("seq").only("seq", "result", "phase", "error")
     ]
     messages = [message_data(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
     return {

@@ -25,6 +25,10 @@ DEFAULT_MODES: dict[str, str] = {
     "memory_store": NOTIFY,
     "task_create": NOTIFY,
     "subagent": NOTIFY,
+    # A cut-off top-level foreach is judged by its items (each planned with its own
+    # tool's mode); this mode counts for a foreach nested in a subagent's plan,
+    # which is retried as a whole.
+    "foreach": NOTIFY,
 }
 
 KNOWN_TOOLS = tuple(DEFAULT_MODES)

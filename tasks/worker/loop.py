@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from tasks.batches import Batch, item_args, item_seq, parse_batch
 from tasks.worker.client import NotEligible, PayloadTooLarge, RunnerClient, RunnerError, StaleLease
 from tasks.worker.faults import Faults
 from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, run_tool
@@ -199,6 +200,7 @@ class RunExecutor:
         self.messages: list[Any] = list(claim.get("messages") or [])
         self.workspace: str | None = claim.get("workspace")
         self.last_result: Any = None
+        self.last_error: str | None = None
 
     def execute(self) -> Outcome:
         try:
@@ -253,7 +255,9 @@ class RunExecutor:
             return Outcome.SHUTDOWN
         return None
 
-    def _step(self, seq: int, tool: str, args: dict, parent_seq: int | None = None) -> Outcome | None:
+    def _step(
+        self, seq: int, tool: str, args: dict, parent_seq: int | None = None, *, batch_item: bool = False
+    ) -> Outcome | None:
         try:
             planned = self.client.plan(self.run, self.epoch, seq, tool, args, parent_seq=parent_seq)
         except StaleLease:
@@ -292,11 +296,14 @@ class RunExecutor:
 
         if tool == "subagent" and parent_seq is None:
             ok, result, error, interrupted = self._subagent(seq, args)
+        elif tool == "foreach":
+            ok, result, error, interrupted = self._foreach(seq, args, nested=parent_seq is not None)
         elif tool == "task_create":
             ok, result, error, interrupted = self._task_create(args)
         else:
             ok, result, error, interrupted = self._run_tool(tool, args)
         self.last_result = result
+        self.last_error = None if ok else (error or "failed")
         self.faults.check("before_complete", seq, self.attempt, on_hang=self.heartbeat.halt)
         if self.heartbeat.lease_gone:
             raise _LeaseLost
@@ -313,7 +320,7 @@ class RunExecutor:
         if reply.get("stop_requested") and not self.heartbeat.stop_requested.is_set():
             log.info("run %s: stop requested (step %d reply)", self.run, seq)
             self.heartbeat.request_stop()
-        if ok:
+        if ok or batch_item:  # a batch item's failure is its saved outcome; the batch goes on
             return None
         return self._finish(Outcome.FAILED, "step_failed", f"Step {seq} ({tool}) failed: {error}")
 
@@ -352,6 +359,106 @@ class RunExecutor:
             results.append(self.last_result)
         # Its nested calls were each counted; the call itself adds nothing to the budget.
         return True, {"agent": agent, "run": self.run, "result": results, "usage": 0}, None, False
+
+    def _foreach(self, seq: int, args: dict, *, nested: bool) -> tuple[bool, Any, str | None, bool]:
+        """Run `do` once per item, each item a step nested under `seq` (`seq * NESTED_BASE + i`).
+
+        Each item checkpoints plan → dispatch → complete with its own tool's
+        recovery mode. In a continuation, saved items are taken as they were
+        (a completed item's result, a failed item's failure: it is not retried)
+        and dropped items are skipped; the rest run. An item's failure does not
+        stop the batch; the foreach fails once every item had its turn. Results
+        keep item order. A foreach nested in a group (a subagent's plan) runs
+        its items inside its own step instead (see `_foreach_inline`).
+        """
+        try:
+            batch = parse_batch(args)
+        except ValueError as exc:
+            return False, None, str(exc), False
+        if nested:
+            return self._foreach_inline(batch)
+        saved = self._saved_items()
+        results: list[Any] = []
+        failed: list[dict] = []
+        dropped: list[int] = []
+        for position in range(1, len(batch.items) + 1):
+            nested_seq = item_seq(seq, position)
+            if (early := self._at_boundary(nested_seq)) is not None:
+                raise _Early(early)
+            if nested_seq in saved:
+                entry = saved[nested_seq]
+                if entry.get("ok", True) is False:
+                    failed.append({"item": position, "error": entry.get("error") or "failed"})
+                    results.append(None)
+                else:
+                    results.append(entry.get("result"))
+                log.info(
+                    "run %s step %d (item %d of step %d): saved outcome reused", self.run, nested_seq, position, seq
+                )
+                continue
+            if nested_seq in self.dropped:
+                log.info("run %s step %d (item %d): dropped by its recovery mode", self.run, nested_seq, position)
+                dropped.append(position)
+                results.append(None)
+                continue
+            early = self._step(nested_seq, batch.tool, item_args(batch, position), parent_seq=seq, batch_item=True)
+            if early is not None:
+                raise _Early(early)
+            if self.last_error is not None:
+                failed.append({"item": position, "error": self.last_error})
+                results.append(None)
+            else:
+                results.append(self.last_result)
+        # Each item was counted as a step; the foreach itself adds nothing to the budget.
+        result = {"results": results, "failed": failed, "dropped": dropped, "usage": 0}
+        if failed:
+            first = failed[0]
+            return (
+                False,
+                result,
+                f"{len(failed)} of {len(batch.items)} items failed; item {first['item']}: {first['error']}",
+                False,
+            )
+        return True, result, None, False
+
+    def _foreach_inline(self, batch: Batch) -> tuple[bool, Any, str | None, bool]:
+        """A foreach nested in another group runs its items within its own step.
+
+        Its items could not be numbered as checkpoints of their own, so the
+        foreach follows its group's recovery boundary: cut off, it is retried
+        as a whole (by its own recovery mode), never item by item.
+        """
+        results: list[Any] = []
+        failed: list[dict] = []
+        for position in range(1, len(batch.items) + 1):
+            if self.heartbeat.lease_gone:
+                raise _LeaseLost
+            if self.heartbeat.stop_requested.is_set():
+                return False, None, f"stopped on request before item {position}", True
+            args = item_args(batch, position)
+            if batch.tool == "task_create":
+                ok, result, error, interrupted = self._task_create(args)
+            else:
+                ok, result, error, interrupted = self._run_tool(batch.tool, args)
+            if interrupted:
+                return False, None, error, True
+            if not ok:
+                failed.append({"item": position, "error": error or "failed"})
+            results.append(result if ok else None)
+        result = {"results": results, "failed": failed, "dropped": [], "usage": len(batch.items)}
+        if failed:
+            first = failed[0]
+            error = f"{len(failed)} of {len(batch.items)} items failed; item {first['item']}: {first['error']}"
+            return False, result, error, False
+        return True, result, None, False
+
+    def _saved_items(self) -> dict[int, Mapping[str, Any]]:
+        """Saved outcomes carried into this run, by seq: `ok` is false for a failure that stays failed."""
+        return {
+            item["seq"]: item
+            for item in self.claim.get("reused") or []
+            if isinstance(item, Mapping) and isinstance(item.get("seq"), int)
+        }
 
     def _task_create(self, args: dict) -> tuple[bool, Any, str | None, bool]:
         """A child task of this run's task, created through the runner API (its side effect is on the server)."""

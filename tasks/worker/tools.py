@@ -460,6 +460,7 @@ TOOLS: dict[str, Tool] = {
     "memory_delete": memory_delete,
     "task_create": _not_available("task_create"),  # run by the executor: it needs the runner API
     "subagent": _not_available("subagent"),  # run by the executor as nested steps
+    "foreach": _not_available("foreach"),  # run by the executor: its items are nested steps
 }
 
 
