@@ -272,7 +272,7 @@ def _rerun_sets(action: RecoveryAction) -> tuple[set[int], set[int]]:
     return unknown, failed
 
 
-UNRECOVERABLE = ("corrupt_checkpoint", "checkpoint_too_large", "checkpoint_purged")
+UNRECOVERABLE = ("corrupt_checkpoint", *c.UNAVAILABLE)
 
 
 def _refuse_unrecoverable(action: RecoveryAction) -> None:

@@ -7,6 +7,9 @@ not understand, is `corrupt` and nothing of it is replayed.
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from recovery import batches
+from tasks.batches import FOREACH, NESTED_BASE, item_args, item_position, parse_batch
+
 REUSE = "reuse"
 NOT_DISPATCHED = "not_dispatched"
 REPLAY = "replay"
@@ -22,6 +25,10 @@ NONE = "none"
 PHASES = ("planned", "dispatched", "completed", "failed")
 MODES = ("replay", "notify", "forget")
 CHAIN_MAX_RUNS = 32
+
+# Recovery is unavailable for these: nothing can be continued; what remains is
+# a fresh start (start over) or cancelling.
+UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,12 @@ class RunFacts:
     recovery_disabled: str = ""
     # Steps an earlier continuation dropped by their mode: absent on purpose, not a gap.
     dropped: tuple[int, ...] = ()
+    # Set when retention purged the run's checkpoints (why and when, in words).
+    checkpoint_purged: str = ""
+    # What exists now, to tell whether the rest of the plan can still run: the
+    # tools the worker knows and the organization's agents (None: not checked).
+    known_tools: frozenset | None = None
+    agents: frozenset | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +218,54 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
             reasons.append(
                 Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq)
             )
+    return reasons + _item_contradictions(facts, plan_steps)
+
+
+def _batch(args):
+    try:
+        return parse_batch(args)
+    except ValueError:
+        return None
+
+
+def _item_contradictions(facts: RunFacts, plan_steps: list) -> list[Reason]:
+    """A saved item of a top-level batch must be the call its batch asks for at its position."""
+    by_seq = {s.seq: s for s in facts.steps}
+    reasons = []
+    for s in facts.steps:
+        if s.parent_seq is None or not isinstance(s.args, dict):
+            continue
+        parent = by_seq.get(s.parent_seq)
+        if parent is not None:
+            if parent.parent_seq is not None:
+                continue  # under a nested group: not a recovery checkpoint of its own
+            tool, args = parent.tool, parent.args
+        elif 1 <= s.parent_seq <= len(plan_steps) and isinstance(plan_steps[s.parent_seq - 1], dict):
+            tool, args = plan_steps[s.parent_seq - 1].get("tool"), plan_steps[s.parent_seq - 1].get("args")
+        else:
+            continue
+        if tool != FOREACH:
+            continue
+        batch = _batch(args)
+        position = item_position(s.seq, s.parent_seq)
+        if batch is None or not 1 <= position <= len(batch.items):
+            reasons.append(
+                Reason(
+                    "item_not_in_batch",
+                    f"Step {s.seq} is saved as item {position} of step {s.parent_seq}, "
+                    "but that batch has no such item.",
+                    s.seq,
+                )
+            )
+        elif s.tool != batch.tool or s.args != item_args(batch, position):
+            reasons.append(
+                Reason(
+                    "item_mismatch",
+                    f"Item {position} of step {s.parent_seq} ran {s.tool} with {_args_text(s.args)}, but the batch "
+                    f"asks for {batch.tool} with {_args_text(item_args(batch, position))}.",
+                    s.seq,
+                )
+            )
     return reasons
 
 
@@ -259,12 +320,117 @@ def _subagent_verdicts(facts: RunFacts, verdicts: list[StepVerdict]) -> list[Ste
     return out
 
 
+def _judged_batches(verdicts) -> dict[int, list[StepVerdict]]:
+    """Top-level foreach steps cut off (dispatched, mode replay or notify): seq → their saved items.
+
+    Such a batch is judged item by item. A foreach nested in another group is
+    not: it is one call of that group and is retried as a whole by its mode.
+    """
+    items: dict[int, list[StepVerdict]] = {}
+    for v in verdicts:
+        if v.parent_seq is not None:
+            items.setdefault(v.parent_seq, []).append(v)
+    return {
+        v.seq: items.get(v.seq, [])
+        for v in verdicts
+        if v.parent_seq is None
+        and v.tool == FOREACH
+        and v.verdict in (REPLAY, UNKNOWN_OUTCOME)
+        and not any(k.verdict == CORRUPT for k in items.get(v.seq, []))
+    }
+
+
+def batch_states(facts: RunFacts, seq: int, items: list[StepVerdict]) -> list[str]:
+    """One state per item of the batch at step `seq` (recovery.batches)."""
+    step = next((s for s in facts.steps if s.seq == seq and s.parent_seq is None), None)
+    batch = _batch(step.args) if step is not None else None
+    saved = {item_position(k.seq, seq): batches.item_state(k.verdict, k.reason) for k in items}
+    total = len(batch.items) if batch is not None else max(saved, default=0)
+    dropped = [item_position(d, seq) for d in facts.dropped if d // NESTED_BASE == seq]
+    return batches.item_states(total, saved, dropped)
+
+
+def _batch_verdicts(facts: RunFacts, verdicts: list[StepVerdict]) -> list[StepVerdict]:
+    """A cut-off top-level batch is judged by its items, one by one.
+
+    Saved items are kept (a failure stays failed), items never dispatched run,
+    a dispatched item without result follows its own mode. Only an item of
+    unknown outcome makes the batch wait for a decision, and the decision is
+    about that item.
+    """
+    judged = _judged_batches(verdicts)
+    steps = {s.seq: s for s in facts.steps}
+    out = []
+    for v in verdicts:
+        if v.parent_seq is None and v.seq in judged:
+            items = judged[v.seq]
+            summary = batches.batch_summary(batch_states(facts, v.seq, items))
+            unknown = [k for k in items if k.verdict == UNKNOWN_OUTCOME]
+            if unknown:
+                item = steps[unknown[0].seq]
+                v = StepVerdict(
+                    v.seq,
+                    v.tool,
+                    UNKNOWN_OUTCOME,
+                    "unknown_outcome",
+                    f"Item {item_position(item.seq, v.seq)} of the batch, {item.tool} with {_args_text(item.args)}, "
+                    f"was dispatched and no result was saved: it may or may not have happened. The batch: {summary}.",
+                )
+            else:
+                v = StepVerdict(v.seq, v.tool, REPLAY, "batch_resumes", f"The batch resumes: {summary}.")
+        out.append(v)
+    return out
+
+
+def _unavailable(facts: RunFacts, verdicts) -> list[Reason]:
+    """What the rest of the plan needs and no longer exists: a tool the worker does not know now, an agent."""
+    reasons: list[Reason] = []
+    seen: set[tuple[str, str]] = set()
+
+    def tool_needed(tool, seq: int, where: str) -> None:
+        if facts.known_tools is None or tool in facts.known_tools or ("tool", str(tool)) in seen:
+            return
+        seen.add(("tool", str(tool)))
+        reasons.append(
+            Reason(
+                "tool_unknown",
+                f"{where} calls {tool}, which the worker does not know now: the tool set changed since the run.",
+                seq,
+            )
+        )
+
+    def agent_needed(name, seq: int, where: str) -> None:
+        if facts.agents is None or name in facts.agents or ("agent", str(name)) in seen:
+            return
+        seen.add(("agent", str(name)))
+        reasons.append(Reason("agent_missing", f"{where} agent {name}, which no longer exists.", seq))
+
+    top = {v.seq: v for v in verdicts if v.parent_seq is None}
+    for seq, planned in enumerate(facts.plan.get("steps") or [], start=1):
+        v = top.get(seq)
+        if seq in facts.dropped or (v is not None and v.verdict in (REUSE, DROP)) or not isinstance(planned, dict):
+            continue  # kept or dropped: it does not run again
+        tool, args = planned.get("tool"), planned.get("args") or {}
+        tool_needed(tool, seq, f"Step {seq}")
+        if tool == FOREACH and (batch := _batch(args)) is not None:
+            tool_needed(batch.tool, seq, f"Each item of step {seq}")
+        elif tool == "subagent" and isinstance(args, dict):
+            agent_needed(args.get("agent"), seq, f"Step {seq} delegates to")
+            inner = args.get("input")
+            for call in inner.get("steps") or [] if isinstance(inner, dict) else []:
+                if isinstance(call, dict):
+                    tool_needed(call.get("tool"), seq, f"The subagent of step {seq}")
+    return reasons
+
+
 def classify(facts: RunFacts) -> Diagnosis:
     verdicts = [_verdict(s) for s in sorted(facts.steps, key=lambda s: (s.parent_seq or 0, s.seq))]
-    verdicts = tuple(_subagent_verdicts(facts, verdicts))
+    verdicts = tuple(_batch_verdicts(facts, _subagent_verdicts(facts, verdicts)))
     if facts.status not in ("interrupted", "stopped"):
         return Diagnosis(NONE, verdicts, ())
 
+    if facts.checkpoint_purged:  # nothing saved is left to judge
+        return Diagnosis(NEEDS_DECISION, verdicts, (Reason("checkpoint_purged", facts.checkpoint_purged),))
     reasons: list[Reason] = []
     corrupt = [v for v in verdicts if v.verdict == CORRUPT]
     contradictions = _contradictions(facts)
@@ -274,10 +440,16 @@ def classify(facts: RunFacts) -> Diagnosis:
 
     if facts.recovery_disabled:
         return Diagnosis(NEEDS_DECISION, verdicts, (Reason("checkpoint_too_large", facts.recovery_disabled),))
+    unavailable = _unavailable(facts, verdicts)
+    if unavailable:
+        return Diagnosis(NEEDS_DECISION, verdicts, tuple(unavailable))
 
     by_seq = {s.seq: s for s in facts.steps}
     top = [v for v in verdicts if v.parent_seq is None]
+    judged = _judged_batches(verdicts)
     for v in top:
+        if v.seq in judged:
+            continue  # a batch is bounded item by item: progress across runs is not a repeat
         if v.verdict in (REPLAY, UNKNOWN_OUTCOME, DROP) and facts.earlier_interruptions.get(v.seq, 0) >= 1:
             reasons.append(
                 Reason(
@@ -287,6 +459,17 @@ def classify(facts: RunFacts) -> Diagnosis:
                     v.seq,
                 )
             )
+    for parent, items in judged.items():
+        for k in items:
+            if k.verdict in (REPLAY, UNKNOWN_OUTCOME, DROP) and facts.earlier_interruptions.get(k.seq, 0) >= 1:
+                reasons.append(
+                    Reason(
+                        "interrupted_twice",
+                        f"Item {item_position(k.seq, parent)} of step {parent} ({k.tool}) was interrupted in an "
+                        "earlier run of this chain too; it is not retried automatically again.",
+                        k.seq,
+                    )
+                )
     if facts.chain_length >= CHAIN_MAX_RUNS:
         reasons.append(
             Reason("chain_exhausted", f"This chain already holds {facts.chain_length} runs, the most it may.")
@@ -296,7 +479,11 @@ def classify(facts: RunFacts) -> Diagnosis:
 
     for v in top:
         step = by_seq[v.seq]
-        if v.verdict == UNKNOWN_OUTCOME and step.tool == "subagent":
+        if v.verdict == UNKNOWN_OUTCOME and v.seq in judged:
+            # The decision is about the item: its own seq, tool and arguments.
+            item = next(k for k in judged[v.seq] if k.verdict == UNKNOWN_OUTCOME)
+            reasons.append(Reason("unknown_outcome", v.detail, item.seq))
+        elif v.verdict == UNKNOWN_OUTCOME and step.tool == "subagent":
             reasons.append(Reason("unknown_outcome", v.detail, v.seq))  # names the nested call
         elif v.verdict == UNKNOWN_OUTCOME:
             reasons.append(

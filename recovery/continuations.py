@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery.selectors import diagnose, run_facts
+from tasks.batches import FOREACH
 from tasks.errors import NotEligible
 from tasks.events import event_append
 from tasks.models import Message, MessageStatus, Run, Step
@@ -42,13 +43,18 @@ def continuation_create(
     outcome, or failed steps, that a person explicitly chose to run again
     (`rerun_why`: "retry", "decided" or "follow-up", kept in the run's `carry`
     so its page says why each step ran again).
+    Either may name a batch item (its nested seq): the batch then resumes with
+    that item taken as performed, or run again. A resuming batch carries its
+    completed items and keeps its failed ones failed.
     Every follow-up message waiting on the task is admitted into this run, in
     order, in the same transaction. `allow_final` also continues a failed run
     (a follow-up after a failure). Refused (`NotEligible`) for a corrupt
-    checkpoint, a run whose recovery is disabled, or an unknown outcome nobody
+    checkpoint, a run whose recovery is disabled or unavailable (`reason`: its
+    code), a run superseded by a fresh start, or an unknown outcome nobody
     decided.
     """
     performed = performed or {}
+    rerun = set(rerun)
     source = Run.objects.select_related("task", "agent").get(pk=source.pk)
     continuable = ("interrupted", "stopped", "failed") if allow_final else ("interrupted", "stopped")
     if source.status not in continuable:
@@ -64,8 +70,38 @@ def continuation_create(
             f"Run #{source.pk} has a contradictory checkpoint; nothing of it is replayed.",
             reasons=[r.as_dict() for r in diagnosis.reasons],
         )
+    unavailable = [r for r in diagnosis.reasons if r.code in c.UNAVAILABLE]
+    if unavailable:
+        raise NotEligible(
+            f"Recovery of run #{source.pk} is unavailable: {unavailable[0].detail} "
+            "What remains: start over (a fresh run that reuses nothing) or cancel.",
+            reason=unavailable[0].code,
+            reasons=[r.as_dict() for r in unavailable],
+        )
+    fresh = Run.objects.filter(task_id=source.task_id, pk__gt=source.pk, continues__isnull=True).first()
+    if fresh is not None:
+        raise NotEligible(
+            f"Task #{source.task_id} was started over in run #{fresh.pk}; run #{source.pk} is no longer continued.",
+            reason="started_over",
+        )
     by_seq = {s.seq: s for s in steps}
     verdicts = {v.seq: v for v in diagnosis.steps if v.parent_seq is None}
+    items = {v.seq: v for v in diagnosis.steps if v.parent_seq is not None}
+    plan_steps = source.input.get("steps") if isinstance(source.input, dict) else []
+
+    def tool_at(seq: int):
+        if seq in by_seq:
+            return by_seq[seq].tool
+        planned = plan_steps[seq - 1] if 0 < seq <= len(plan_steps) else None
+        return planned.get("tool") if isinstance(planned, dict) else None
+
+    def undecided_items(seq: int) -> list[int]:
+        return [
+            k.seq
+            for k in items.values()
+            if k.parent_seq == seq and k.verdict == c.UNKNOWN_OUTCOME and k.seq not in performed and k.seq not in rerun
+        ]
+
     carried, reran = [], []
     why: dict[int, str] = {}
     # What an earlier continuation dropped stays dropped: it is never run later in the chain.
@@ -80,11 +116,15 @@ def continuation_create(
             elif seq in rerun:
                 reran.append(seq)
                 why[seq] = rerun_why
+            elif step.tool == FOREACH and verdict.reason == "unknown_outcome" and not undecided_items(seq):
+                reran.append(seq)  # every item of unknown outcome was decided: the batch resumes
+                why[seq] = "resumes"
             else:
+                undecided = undecided_items(seq) if step.tool == FOREACH else []
                 raise NotEligible(
                     f"Step {seq} ({step.tool}) has an unknown outcome; a person must decide it first.",
                     reason="unknown_outcome",
-                    seq=seq,
+                    seq=undecided[0] if undecided else seq,
                 )
         elif verdict.verdict == c.REUSE:  # a saved failure: rerun only on request
             if seq not in rerun:
@@ -101,6 +141,30 @@ def continuation_create(
         str(seq): {k: v for k, v in outcome.items() if k in ("decided_by", "note", "at")}
         for seq, outcome in performed.items()
     }
+    # Nested steps whose parent is carried or runs again (a resumed subagent or
+    # batch, or a parent never checkpointed) keep their finished work: it is
+    # not redone. A batch item also keeps a saved failure (it stays failed),
+    # takes a person's "performed" decision as its result, and is dropped by
+    # its mode like a top-level step.
+    carried_seqs = {s.seq for s, _ in carried}
+    resuming = set(reran) | {s.parent_seq for s in steps if s.parent_seq is not None and s.parent_seq not in by_seq}
+    nested = []
+    for s in steps:
+        if s.parent_seq is None or s.parent_seq not in carried_seqs | resuming:
+            continue
+        item = s.parent_seq in resuming and tool_at(s.parent_seq) == FOREACH
+        verdict = items.get(s.seq)
+        # A failed batch that a person asked to retry retries its failed items.
+        retried = s.parent_seq in by_seq and by_seq[s.parent_seq].phase == "failed"
+        if s.phase == "completed":
+            nested.append((s, s.result, "completed"))
+        elif item and s.phase == "failed" and not retried:
+            nested.append((s, s.result, "failed"))
+        elif item and s.seq in performed:
+            nested.append((s, performed[s.seq], "completed"))
+        elif item and s.seq not in rerun and verdict is not None and verdict.verdict == c.DROP:
+            dropped.append({"seq": s.seq, "parent_seq": s.parent_seq, "tool": s.tool, "reason": verdict.detail})
+
     run = run_enqueue(
         task=source.task,
         actor=actor,
@@ -136,10 +200,6 @@ def continuation_create(
             )
         )
     Step.objects.bulk_create(copies)
-    # Completed nested calls are carried with a carried parent, and with a parent
-    # that runs again (a subagent resumes: its finished calls are not redone).
-    carried_seqs = {s.seq for s, _ in carried}
-    nested = [s for s in steps if s.parent_seq in carried_seqs | set(reran) and s.phase == "completed"]
     if nested:
         parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
         Step.objects.bulk_create(
@@ -152,15 +212,16 @@ def continuation_create(
                     tool=s.tool,
                     args=s.args,
                     recovery_mode=s.recovery_mode,
-                    phase="completed",
-                    result=s.result,
+                    phase=phase,
+                    result=result,
+                    error=s.error if phase == "failed" else "",
                     usage=0,
                     reused_from=s.reused_from or s,
                     planned_at=s.planned_at,
-                    dispatched_at=s.dispatched_at,
-                    completed_at=s.completed_at,
+                    dispatched_at=s.dispatched_at or now,
+                    completed_at=s.completed_at or now,
                 )
-                for s in nested
+                for s, result, phase in nested
             ]
         )
     waiting = MESSAGES.move_all(
@@ -188,7 +249,7 @@ def continuation_create(
         payload={
             "continues": source.pk,
             "reason": reason,
-            "reused": sorted(carried_seqs),
+            "reused": sorted(carried_seqs | {s.seq for s, _, phase in nested if phase == "completed"}),
             "rerun": reran,
             "dropped": [d["seq"] for d in dropped],
             "performed": sorted(performed),

@@ -10,8 +10,9 @@ from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from tasks.errors import Invalid, NotFound
 from tasks.holds import Hold
-from tasks.models import LEASED_RUN_STATUSES, Message, Run, Step, Task
+from tasks.models import LEASED_RUN_STATUSES, Agent, Message, Run, Step, Task
 from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
+from tasks.worker.tools import TOOLS
 
 CLOSED = ("done", "cancelled")
 
@@ -230,19 +231,14 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
             steps = list(run.steps.order_by("seq"))
     chain = chain_ids(run, task_runs)
     if task_runs is not None:
+        # Nested steps count too: a batch is bounded item by item.
         earlier_seqs = [
-            s.seq
-            for rid in chain[:-1]
-            if rid in task_runs
-            for s in task_runs[rid].step_list
-            if s.phase == "dispatched" and s.parent_seq is None
+            s.seq for rid in chain[:-1] if rid in task_runs for s in task_runs[rid].step_list if s.phase == "dispatched"
         ]
     else:
         earlier_seqs = []
         if len(chain) > 1:
-            earlier_seqs = Step.objects.filter(
-                run_id__in=chain[:-1], phase="dispatched", parent_seq__isnull=True
-            ).values_list("seq", flat=True)
+            earlier_seqs = Step.objects.filter(run_id__in=chain[:-1], phase="dispatched").values_list("seq", flat=True)
     earlier: dict[int, int] = {}
     for seq in earlier_seqs:
         earlier[seq] = earlier.get(seq, 0) + 1
@@ -255,7 +251,46 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         earlier_interruptions=earlier,
         recovery_disabled=run.recovery_disabled,
         dropped=tuple(d.get("seq") for d in (run.carry or {}).get("dropped", []) if isinstance(d, dict)),
+        checkpoint_purged=checkpoint_purged(run),
+        known_tools=WORKER_TOOLS,
+        agents=delegated_agents(run),
     )
+
+
+WORKER_TOOLS = frozenset(TOOLS)
+
+
+def delegated_agents(run: Run) -> frozenset[str] | None:
+    """Which agents the plan's subagent steps name still exist (one query, only for a plan that delegates).
+
+    The run's own agent cannot be deleted while it has runs; a subagent is named only in arguments.
+    """
+    steps = run.input.get("steps") if isinstance(run.input, dict) else None
+    names = {
+        s["args"]["agent"]
+        for s in steps or []
+        if isinstance(s, dict)
+        and s.get("tool") == "subagent"
+        and isinstance(s.get("args"), dict)
+        and isinstance(s["args"].get("agent"), str)
+    }
+    if not names:
+        return None
+    return frozenset(Agent.objects.filter(org_id=run.org_id, name__in=names).values_list("name", flat=True))
+
+
+def checkpoint_purged(run: Run) -> str:
+    """Why the run's checkpoints are gone, or "" while they are kept.
+
+    Hook for retention: when a run carries its purge mark (a timestamp set by
+    the supervisor's purge), say so here in words, e.g. "Its checkpoints were
+    purged on 2025-01-31 (kept 30 days)." Classification then reports
+    `checkpoint_purged` and recovery is unavailable (start over or cancel).
+    """
+    purged_at = getattr(run, "checkpoint_purged_at", None)
+    if purged_at is None:
+        return ""
+    return f"Its saved checkpoints were purged at {purged_at.isoformat()} (retention); nothing is left to reuse."
 
 
 def diagnose(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> Diagnosis:

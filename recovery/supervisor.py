@@ -18,6 +18,7 @@ from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import admission_facts, diagnose
+from tasks.batches import NESTED_BASE
 from tasks.errors import NotEligible
 from tasks.models import Run, RunStatus, effective_continuation
 from tasks.services import leases_expire
@@ -52,6 +53,8 @@ def runs_awaiting_recovery():
             Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
         )
         .exclude(Exists(Run.objects.filter(effective_continuation(), continues=OuterRef("pk"))))
+        # A later run that continues nothing is a fresh start: the old chain is not recovered.
+        .exclude(Exists(Run.objects.filter(task=OuterRef("task"), pk__gt=OuterRef("pk"), continues__isnull=True)))
         .filter(actions__isnull=True)
         .exclude(task__status__in=("done", "cancelled"))
         .select_related("task__agent__profile", "agent")
@@ -63,7 +66,7 @@ def _blocking_cause(diagnosis) -> str:
     codes = [r.code for r in diagnosis.reasons]
     if diagnosis.disposition == c.CORRUPT:
         return "corrupt_checkpoint"
-    for code in ("checkpoint_purged", "checkpoint_too_large"):
+    for code in c.UNAVAILABLE:  # recovery unavailable: what remains is start over or cancel
         if code in codes:
             return code
     if diagnosis.disposition == c.EXHAUSTED:
@@ -111,6 +114,8 @@ def recover_run(run: Run) -> tuple[str, int] | None:
             kind, seq, owner, status = ActionKind.CONTINUATION, None, "role:operator", ActionStatus.OPEN
         else:
             cause = _blocking_cause(diagnosis)
+            if cause in c.UNAVAILABLE:
+                evidence["remaining"] = ["start_over", "cancel"]
             unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
             if diagnosis.disposition == c.NEEDS_DECISION and cause == "unknown_outcome" and unknown:
                 seq = unknown[0].seq
@@ -124,6 +129,8 @@ def recover_run(run: Run) -> tuple[str, int] | None:
                         "recovery_mode": step.recovery_mode,
                     }
                 )
+                if step.parent_seq is not None:  # a batch item or a subagent's call: say which
+                    evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
                 kind = ActionKind.UNKNOWN_OUTCOME
             else:
                 seq = next((r.seq for r in diagnosis.reasons if r.seq is not None), None)

@@ -529,7 +529,7 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
         if run.steps.filter(phase__in=(StepPhase.PLANNED, StepPhase.DISPATCHED)).exists():
             raise NotEligible("A run with an unfinished step cannot succeed.")
         planned = len(run.input.get("steps", [])) if isinstance(run.input, dict) else 0
-        dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", [])}
+        dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", []) if not d.get("parent_seq")}
         done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
         if done + len(dropped) != planned:
             raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
