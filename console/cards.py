@@ -7,6 +7,7 @@ it needs and hands the presenter's views to the templates.
 from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 
+from console.fresh import start_over_context
 from recovery import presenter
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
 from recovery.presenters import action_view_of
@@ -96,6 +97,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "can_continue": operate and not closed and not run_live and not live and bool(last),
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
+        "start_over": start_over_context(task, current) if operate else None,
         "message": message,
         "typed": typed or {},
     }

@@ -12,6 +12,7 @@ from console import cards
 from console.live import last_event_id
 from recovery import actions as recovery_actions
 from recovery import controls, followups, presenter
+from recovery.fresh import task_start_over as start_over
 from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
 from recovery.selectors import action_detail, task_count, task_detail, task_page
@@ -304,6 +305,11 @@ def _continue(request, task):
 
 
 task_continue = _task_header_action(_continue)
+# Start over: a fresh run from the beginning that reuses nothing (recovery.fresh).
+task_start_over = _task_header_action(
+    lambda r, t: start_over(task_id=t.pk, user=r.user, accept_duplicate_risk=_checked(r, "accept_duplicate_risk")),
+    fields=("accept_duplicate_risk",),
+)
 task_owner = _task_header_action(
     lambda r, t: controls.task_reassign(
         user=r.user, task_id=t.pk, agent=r.POST.get("agent", ""), reason=r.POST.get("owner_reason", "")

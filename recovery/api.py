@@ -5,7 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, selectors
+from recovery import actions, controls, followups, fresh, selectors
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
@@ -380,5 +380,31 @@ class TaskDependenciesView(OperatorView):
         def handle():
             controls.task_dependencies(user=request.user, task_id=task_id, add=v.get("add"), remove=v.get("remove"))
             return _task_response(request, task_id)
+
+        return idempotent(request, handle)
+
+
+class TaskStartOverView(OperatorView):
+    """A fresh run from the beginning of the task's input that reuses nothing (never a recovery)."""
+
+    class StartOverInputSerializer(serializers.Serializer):
+        accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(request=StartOverInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.StartOverInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+
+        def handle():
+            run = fresh.task_start_over(
+                task_id=task_id,
+                user=request.user,
+                accept_duplicate_risk=data.validated_data["accept_duplicate_risk"],
+            )
+            return Response(
+                {"run": run.pk, "task": task_id, "continues": None, "fresh_start": True},
+                status=status.HTTP_202_ACCEPTED,
+            )
 
         return idempotent(request, handle)

@@ -6,6 +6,8 @@ from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils import timezone
 from django.utils.html import format_html
 
+from recovery.fresh import fresh_start_text
+
 register = template.Library()
 
 
@@ -53,3 +55,9 @@ def say(line):
         else:
             out.append(conditional_escape(part))
     return mark_safe("".join(str(p) for p in out))  # noqa: S308 - every part is escaped above
+
+
+@register.filter
+def fresh_start(carry) -> str:
+    """How a fresh run (Start over) is named on its card and page; "" for any other run."""
+    return fresh_start_text(carry if isinstance(carry, dict) else None)
