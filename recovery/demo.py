@@ -192,6 +192,38 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
         say(task, "worker killed mid-step, resumed automatically, done")
 
         task = make(
+            "Send the weekly digests",
+            "builder",
+            (
+                "foreach",
+                {
+                    "items": ["ana", "bo", "cy", "dee", "eli"],
+                    "do": {"tool": "todo_add", "args": {"text": "digest for {{item}}"}},
+                },
+            ),
+            ("list_files", {}),
+        )
+        work("crash_after_dispatch:100003@1")  # the worker dies during item 3 of the batch of 5
+        settle(task)  # items 1-2 are reused, item 3 is safe to run again, 4-5 never started
+        work()
+        say(task, "batch cut off during item 3 of 5: resumed item by item, items 1-2 not run again, done")
+
+        task = make(
+            "Post the release to the partner webhooks",
+            "builder",
+            (
+                "foreach",
+                {
+                    "items": ["https://partner-a.invalid/hook", "https://partner-b.invalid/hook"],
+                    "do": {"tool": "http_post", "args": {"url": "{{item}}", "json": {"release": "1.4"}}},
+                },
+            ),
+        )
+        work("crash_after_dispatch:100001@1")  # dies after dispatching the first post: outcome unknown
+        settle(task)
+        say(task, "batch item 1 (http_post) cut off after dispatch: a decision about that item")
+
+        task = make(
             "Publish the pricing page",
             "builder",
             ("list_files", {}),

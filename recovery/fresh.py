@@ -22,12 +22,14 @@ from django.utils import timezone
 from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from tasks.authz import require_role
+from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, NotEligible, NotFound
 from tasks.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, RecoveryMode, Role, Run, Step, Task
 from tasks.selectors import visible_tasks
 from tasks.services import run_enqueue, task_facts
 
 SAMPLE = 20
+GROUP_TOOLS = ("foreach", "subagent")
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,24 @@ def duplicate_risk(task_id: int) -> DuplicateRisk:
             dispatched_at__isnull=False,
             reused_from__isnull=True,
         )
+        # A top-level batch or subagent acts through its nested steps, which are listed themselves.
+        .exclude(parent_seq__isnull=True, tool__in=GROUP_TOOLS)
         .order_by("run_id", "seq")
-        .values("run_id", "seq", "parent_seq", "tool", "args", "phase")[: SAMPLE + 1]
+        .values("run_id", "seq", "parent_seq", "parent__tool", "tool", "args", "phase")[: SAMPLE + 1]
     )
-    steps = tuple({"run": r.pop("run_id"), **r} for r in rows[:SAMPLE])
+    steps = tuple(
+        {"run": r.pop("run_id"), "where": step_where(r["seq"], r["parent_seq"], r.pop("parent__tool")), **r}
+        for r in rows[:SAMPLE]
+    )
     return DuplicateRisk(steps=steps, more=len(rows) > SAMPLE)
+
+
+def step_where(seq: int, parent_seq: int | None, parent_tool: str | None = None) -> str:
+    """Pure: "step 3", "item 2 of step 1" (a batch item), "call 2 of step 1" (a subagent's call)."""
+    if parent_seq is None:
+        return f"step {seq}"
+    kind = "item" if parent_tool == "foreach" else "call"
+    return f"{kind} {seq - parent_seq * NESTED_BASE} of step {parent_seq}"
 
 
 def fresh_start_text(carry: dict | None) -> str:
@@ -162,7 +177,7 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
 
 
 def _risk_text(risk: DuplicateRisk) -> str:
-    named = ", ".join(f"{s['tool']} in run #{s['run']} step {s['seq']}" for s in risk.steps[:3])
+    named = ", ".join(f"{s['tool']} in run #{s['run']} {s['where']}" for s in risk.steps[:3])
     rest = len(risk.steps) - 3
     if risk.more:
         return f"{named} and more"

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from recovery.fresh import fresh_start_text
+from tasks.batches import NESTED_BASE
 
 register = template.Library()
 
@@ -61,3 +62,11 @@ def say(line):
 def fresh_start(carry) -> str:
     """How a fresh run (Start over) is named on its card and page; "" for any other run."""
     return fresh_start_text(carry if isinstance(carry, dict) else None)
+
+
+@register.filter
+def step_number(step) -> str:
+    """ "3" for a top-level step; "1.2" for the second item (or subagent call) under step 1."""
+    if step.parent_seq is None:
+        return str(step.seq)
+    return f"{step.parent_seq}.{step.seq - step.parent_seq * NESTED_BASE}"

@@ -1,0 +1,115 @@
+"""Continuations of a cut-off batch through the real services (no worker process): what is carried, decided, bounded."""
+
+import pytest
+
+from recovery.actions import action_decide, action_retry
+from recovery.models import RecoveryAction
+from recovery.supervisor import supervise_once
+from tasks import services
+from tasks.batches import item_args, parse_batch
+from tasks.errors import NotEligible
+from tasks.models import Run, Step
+from tests.recovery import engine
+
+pytestmark = pytest.mark.django_db
+
+WRITE = (
+    "foreach",
+    {"items": ["a", "b", "c"], "do": {"tool": "file_write", "args": {"path": "{{item}}", "content": "x"}}},
+)
+READ = ("foreach", {"items": ["a", "b", "c"], "do": {"tool": "file_read", "args": {"path": "{{item}}"}}})
+
+
+def do_item(run: Run, position: int, *, phase: str = "completed") -> None:
+    """The worker's calls for item `position` of the batch at step 1, stopping at `phase`."""
+    batch = parse_batch(run.input["steps"][0]["args"])
+    seq, kw = 100_000 + position, {"worker": run.lease_worker, "run_id": run.pk, "epoch": run.lease_epoch}
+    services.step_plan(**kw, seq=seq, tool=batch.tool, args=item_args(batch, position), parent_seq=1)
+    if phase == "planned":
+        return
+    services.step_dispatch(**kw, seq=seq)
+    if phase in ("completed", "failed"):
+        services.step_complete(**kw, seq=seq, ok=phase == "completed", result={"item": position}, error="boom")
+
+
+def cut_batch(run: Run, done: int, *, failed: tuple = ()) -> Run:
+    """Claim `run`; items 1..done finish (those in `failed` fail), item done+1 is dispatched; the worker dies."""
+    run = engine.claim(run)
+    engine.plan_step(run, 1)
+    engine.dispatch_step(run, 1)
+    for position in range(1, done + 1):
+        if Step.objects.filter(run=run, seq=100_000 + position).exists():
+            continue  # carried into this continuation
+        do_item(run, position, phase="failed" if position in failed else "completed")
+    do_item(run, done + 1, phase="dispatched")
+    engine.lapse()
+    run.refresh_from_db()
+    return run
+
+
+def steps_of(run: Run) -> dict[int, Step]:
+    return {s.seq: s for s in Step.objects.filter(run=run)}
+
+
+def test_a_person_who_says_the_item_happened_resumes_the_batch_with_it_kept(org, agent, operator):
+    run = cut_batch(engine.first_run(engine.start(org, [WRITE])), 1)
+    supervise_once()
+    action = RecoveryAction.objects.get(run=run)
+    assert (action.kind, action.seq) == ("unknown_outcome", 100_002)
+    action_decide(action_id=action.pk, user=operator, version=action.version, outcome="performed", note="b is there")
+    cont = Run.objects.get(continues=run)
+    carried = steps_of(cont)
+    assert sorted(carried) == [100_001, 100_002]  # the batch itself is planned again by the worker
+    assert carried[100_002].result == {"performed": True, "decided_by": "olive", "note": "b is there"}
+    assert carried[100_002].phase == "completed" and carried[100_002].reused_from_id is not None
+
+
+def test_a_retry_of_the_item_accepting_the_risk_runs_it_again_and_keeps_the_rest(org, agent, operator):
+    run = cut_batch(engine.first_run(engine.start(org, [WRITE])), 1)
+    supervise_once()
+    action = RecoveryAction.objects.get(run=run)
+    with pytest.raises(NotEligible, match="duplicate risk"):
+        action_retry(action_id=action.pk, user=operator, version=action.version)
+    action_retry(action_id=action.pk, user=operator, version=action.version, accept_duplicate_risk=True)
+    cont = Run.objects.get(continues=run)
+    assert sorted(steps_of(cont)) == [100_001]  # item 2 is not carried: it runs again
+
+
+def test_a_resumed_batch_carries_completed_and_failed_items_and_drops_by_mode(org, agent):
+    from tasks.models import AgentProfile
+
+    AgentProfile.objects.filter(agent=agent).update(tool_modes={"file_read": "forget"})
+    run = cut_batch(engine.first_run(engine.start(org, [READ])), 2, failed=(1,))
+    supervise_once()
+    cont = Run.objects.get(continues=run)
+    carried = steps_of(cont)
+    assert (carried[100_001].phase, carried[100_001].error) == ("failed", "boom")  # stays failed
+    assert carried[100_002].phase == "completed"
+    assert [d["seq"] for d in cont.carry["dropped"]] == [100_003]  # its mode forgets it
+    assert cont.carry["dropped"][0]["parent_seq"] == 1
+    # The continuation's finish counts top-level steps only: the dropped item does not stop it succeeding.
+    cont = engine.claim(cont)
+    engine.do_step(cont, 1)
+    assert engine.finish(cont).status == "succeeded"
+
+
+def test_the_same_item_cut_off_twice_in_a_chain_is_not_retried_automatically_again(org, agent):
+    first = cut_batch(engine.first_run(engine.start(org, [READ])), 1)
+    supervise_once()
+    second = Run.objects.get(continues=first)
+    second = cut_batch(second, 1)  # item 1 carried, item 2 cut off again
+    supervise_once()
+    action = RecoveryAction.objects.get(run=second)
+    assert action.status == "exhausted" and action.cause == "interrupted_twice"
+    assert action.evidence["reasons"][0]["seq"] == 100_002
+    assert "Item 2 of step 1" in action.evidence["reasons"][0]["detail"]
+
+
+def test_a_batch_that_made_progress_since_its_last_cut_resumes_again(org, agent):
+    first = cut_batch(engine.first_run(engine.start(org, [READ])), 0)
+    supervise_once()
+    second = cut_batch(Run.objects.get(continues=first), 1)  # further this time: item 2
+    supervise_once()
+    third = Run.objects.get(continues=second)
+    assert sorted(steps_of(third)) == [100_001]
+    assert not RecoveryAction.objects.filter(run=second).exists()
