@@ -383,18 +383,25 @@ def _batch_verdicts(facts: RunFacts, verdicts: list[StepVerdict]) -> list[StepVe
 
 
 def _unavailable(facts: RunFacts, verdicts) -> list[Reason]:
-    """What the rest of the plan needs and no longer exists: a tool the worker does not know now, an agent."""
+    """What the rest of the plan needs and no longer exists: a tool the worker does not know now, an agent.
+
+    A tool counts as changed only when the saved steps prove it existed: a step
+    of this chain completed with it. A tool that never ran is not claimed to
+    have changed (the worker would refuse it as it would have before).
+    """
     reasons: list[Reason] = []
     seen: set[tuple[str, str]] = set()
+    used = {s.tool for s in facts.steps if s.phase == "completed"}
 
     def tool_needed(tool, seq: int, where: str) -> None:
-        if facts.known_tools is None or tool in facts.known_tools or ("tool", str(tool)) in seen:
+        if facts.known_tools is None or tool in facts.known_tools or tool not in used or ("tool", tool) in seen:
             return
-        seen.add(("tool", str(tool)))
+        seen.add(("tool", tool))
         reasons.append(
             Reason(
                 "tool_unknown",
-                f"{where} calls {tool}, which the worker does not know now: the tool set changed since the run.",
+                f"{where} calls {tool}, which this run used but the worker does not know now: the tool set "
+                "changed since the run.",
                 seq,
             )
         )

@@ -124,7 +124,8 @@ def _refusal_reason(task: Task, exc: Exception) -> str:
             f"Waiting: step {seq} has an unknown outcome that nobody has decided. An operator decides it with "
             "Continue now, or starts over, or closes the task."
         )
-    return f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
+    reason = f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
+    return reason if len(reason) <= 200 else reason[:199] + "…"  # the column holds 200
 
 
 def _failed_seqs(run: Run | None) -> set[int]:

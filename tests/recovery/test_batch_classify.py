@@ -167,17 +167,32 @@ def test_the_batch_sentence_groups_neighbouring_items():
 KNOWN = frozenset({"file_read", "file_write", "sleep", "foreach", "subagent"})
 
 
-def test_a_tool_the_worker_no_longer_knows_makes_recovery_unavailable():
-    plan = {"steps": [{"tool": "file_read", "args": {"path": "f1.txt"}}, {"tool": "scrape_v1", "args": {}}]}
-    d = classify(facts(step(1, "dispatched"), plan=plan, known_tools=KNOWN))
+def test_a_tool_the_run_used_that_the_worker_no_longer_knows_makes_recovery_unavailable():
+    scrape = {"tool": "scrape_v1", "args": {"url": "x"}}
+    plan = {"steps": [scrape, {"tool": "file_read", "args": {"path": "f2.txt"}}, scrape]}
+    d = classify(
+        facts(step(1, tool="scrape_v1", args={"url": "x"}), step(2, "dispatched"), plan=plan, known_tools=KNOWN)
+    )
     assert d.disposition == c.NEEDS_DECISION
     r = reason(d, "tool_unknown")
-    assert r.seq == 2 and "scrape_v1" in r.detail and "tool set changed" in r.detail
+    assert r.seq == 3 and "scrape_v1" in r.detail and "tool set changed since the run" in r.detail
     assert "tool_unknown" in c.UNAVAILABLE
 
 
+def test_a_tool_that_never_ran_is_not_claimed_to_have_changed():
+    # No saved step proves the worker ever knew it: the continuation fails it as the run would have.
+    plan = {"steps": [{"tool": "file_read", "args": {"path": "f1.txt"}}, {"tool": "custom_tool", "args": {}}]}
+    d = classify(facts(step(1, "dispatched"), plan=plan, known_tools=KNOWN))
+    assert d.disposition == c.AUTO_RESUMABLE
+
+
 def test_a_batch_whose_item_tool_is_gone_is_unavailable_but_a_reused_step_needs_no_tool():
-    d = classify(facts(foreach(do={"tool": "gone", "args": {}}), plan=batch_plan({"tool": "gone"}), known_tools=KNOWN))
+    gone = {"tool": "gone", "args": {}}
+    d = classify(
+        facts(
+            foreach(do=gone), item(1, do=gone), item(2, "dispatched", do=gone), plan=batch_plan(gone), known_tools=KNOWN
+        )
+    )
     assert reason(d, "tool_unknown").detail.startswith("Each item of step 1 calls gone")
     plan = {"steps": [{"tool": "old_tool", "args": {"path": "f1.txt"}}, {"tool": "sleep", "args": {}}]}
     d = classify(facts(step(1, tool="old_tool"), step(2, "dispatched", tool="sleep"), plan=plan, known_tools=KNOWN))

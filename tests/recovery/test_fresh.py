@@ -137,8 +137,9 @@ def test_start_over_respects_roles_organizations_and_private_tasks(
 
 
 def test_recovery_unavailable_names_its_reason_and_leaves_start_over_and_cancel(org, agent, api):
-    task = engine.start(org, [SAFE, ("scrape_v1", {"url": "x"})])
-    old = engine.crash_after_dispatch(engine.first_run(task), 1)
+    # Step 1 ran scrape_v1 (the worker knew it then); the worker that resumes knows no such tool.
+    task = engine.start(org, [("scrape_v1", {"url": "x"}), SAFE, ("scrape_v1", {"url": "y"})])
+    old = engine.crash_after_dispatch(engine.first_run(task), 2)
     supervise_once()
     action = RecoveryAction.objects.get(run=old)
     body = api.get(f"/api/actions/{action.pk}/").json()
