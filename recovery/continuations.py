@@ -135,7 +135,13 @@ def continuation_create(
             dropped.append({"seq": seq, "tool": step.tool, "reason": verdict.detail})
         else:  # not_dispatched, replay
             reran.append(seq)
-            why[seq] = "replay" if verdict.verdict == c.REPLAY else "not_started"
+            why[seq] = (
+                "resumes"
+                if verdict.reason == "batch_resumes"
+                else "replay"
+                if verdict.verdict == c.REPLAY
+                else "not_started"
+            )
 
     declared = {
         str(seq): {k: v for k, v in outcome.items() if k in ("decided_by", "note", "at")}

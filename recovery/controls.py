@@ -19,6 +19,7 @@ from recovery.gates import first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import admission_facts, diagnose
 from tasks.authz import require_role
+from tasks.batches import NESTED_BASE
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
 from tasks.events import event_append
 from tasks.models import LIVE_RUN_STATUSES, Agent, Message, MessageStatus, Role, Run, RunStatus, Task, TaskStatus
@@ -206,7 +207,16 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
 def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
     from recovery.actions import action_open
 
-    step = source.steps.get(seq=verdict.seq, parent_seq__isnull=True)
+    # A batch's decision is about its item of unknown outcome (the diagnosis names it), never the whole batch.
+    item = next(
+        (
+            r.seq
+            for r in diagnosis.reasons
+            if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == verdict.seq
+        ),
+        None,
+    )
+    step = source.steps.get(seq=item) if item else source.steps.get(seq=verdict.seq, parent_seq__isnull=True)
     evidence = {
         "disposition": diagnosis.disposition,
         "reasons": [r.as_dict() for r in diagnosis.reasons],
@@ -217,6 +227,8 @@ def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
         "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
         "recovery_mode": step.recovery_mode,
     }
+    if step.parent_seq is not None:
+        evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
     source = Run.objects.select_related("task").get(pk=source.pk)
     return action_open(
         run=source,

@@ -16,17 +16,17 @@ usual way, after the fresh run ends.
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
+from recovery.transitions import ACTIONS
 from tasks.authz import require_role
 from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, NotEligible, NotFound
 from tasks.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, RecoveryMode, Role, Run, Step, Task
-from tasks.selectors import visible_tasks
-from tasks.services import run_enqueue, task_facts
+from tasks.selectors import task_facts, visible_tasks
+from tasks.services import actor_label, run_enqueue
 
 SAMPLE = 20
 GROUP_TOOLS = ("foreach", "subagent")
@@ -70,16 +70,6 @@ def step_where(seq: int, parent_seq: int | None, parent_tool: str | None = None)
         return f"step {seq}"
     kind = "item" if parent_tool == "foreach" else "call"
     return f"{kind} {seq - parent_seq * NESTED_BASE} of step {parent_seq}"
-
-
-def fresh_start_text(carry: dict | None) -> str:
-    """Pure: how a fresh run is named wherever it is shown ("" for any other run). Never a recovery."""
-    fresh = (carry or {}).get("fresh_start")
-    if not isinstance(fresh, dict):
-        return ""
-    after = f" after run #{fresh['after']}" if fresh.get("after") else ""
-    by = f" by {fresh['by']}" if fresh.get("by") else ""
-    return f"Fresh start{by}{after}: runs the task again from the beginning and reuses nothing."
 
 
 def _live_run(task: Task) -> Run | None:
@@ -148,7 +138,7 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
         .order_by("id")
         .values_list("pk", flat=True)
     )
-    who = getattr(user, "username", str(user))
+    who = actor_label(user)
     run = run_enqueue(
         task=task,
         actor=user,
@@ -164,12 +154,13 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
         },
     )
     if retiring:
+        # Retired inside this transaction; the run_queued event above names them (one event).
         now = timezone.now()
-        RecoveryAction.objects.filter(pk__in=retiring, status__in=LIVE_ACTION_STATUSES).update(
-            status=ActionStatus.RETIRED,
+        ACTIONS.move_all(
+            RecoveryAction.objects.filter(pk__in=retiring),
+            ActionStatus.RETIRED,
             resolution="retired",
             resolution_note=f"the task was started over by {who} in run #{run.pk}",
-            version=F("version") + 1,
             closed_at=now,
             updated_at=now,
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import classify as c
+from tasks.batches import NESTED_BASE
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ CAUSES = {
     "checkpoint_too_large": "A step's result was larger than 8 MiB and could not be saved, so recovery is off for "
     "this run.",
     "checkpoint_purged": "This run's checkpoint was purged after the retention period, so nothing of it can be reused.",
+    "agent_missing": "An agent the rest of this run needs no longer exists, so the run cannot be continued.",
+    "tool_unknown": "The rest of this run calls a tool it used before that the worker no longer knows (the tool set "
+    "changed since the run), so the run cannot be continued.",
     "auto_resume_off": "The run was interrupted and everything unfinished is safe to run again, but this agent waits "
     "for an operator (auto-resume is off).",
     "step_failed": "A step failed before the worker could finish the run.",
@@ -115,6 +119,17 @@ GATES = {
 OWNERS = {"role:operator": "operators", "role:admin": "admins"}
 
 DECIDED = {"performed": "it happened", "not_performed": "it did not happen", "unresolved": "unresolved"}
+
+
+# Recovery of the run is unavailable: what remains is Start over, Cancel (or Close).
+NOT_CONTINUABLE = ("corrupt_checkpoint", *c.UNAVAILABLE)
+
+
+def step_where(seq, evidence: dict) -> str:
+    """ "step 3", or "item 2 of step 1" for a batch item (the action's evidence says which)."""
+    if evidence.get("item") and evidence.get("parent_seq"):
+        return f"item {evidence['item']} of step {evidence['parent_seq']}"
+    return f"step {seq}"
 
 
 def cause(code: str) -> str:
@@ -271,7 +286,9 @@ def _exhaustion_words(action) -> str:
     reasons = (action.evidence or {}).get("reasons") or []
     seqs = [r.get("seq") for r in reasons if r.get("code") == "interrupted_twice" and r.get("seq")]
     if action.exhaustion == "interrupted_twice" and seqs:
-        steps = " and ".join(f"step {s}" for s in seqs)
+        steps = " and ".join(
+            f"item {s % NESTED_BASE} of step {s // NESTED_BASE}" if s >= NESTED_BASE else f"step {s}" for s in seqs
+        )
         return f"{steps.capitalize()} was interrupted twice in this chain, so it is not retried automatically again."
     if action.exhaustion == "chain_exhausted":
         return "This task has been continued the most times a chain may (32 runs)."
@@ -372,7 +389,7 @@ def action_view(
     run = runs.get(latest.continuation_run_id) if latest is not None else None
     tool = evidence.get("tool")
     if unknown and tool:
-        title = f"Unknown outcome — {tool}, step {action.seq}"
+        title = f"Unknown outcome — {tool}, {step_where(action.seq, evidence)}"
     elif action.kind in ("workspace_validation", "workspace_export"):
         title = "Workspace changed" if action.kind == "workspace_validation" else "Export failed"
     elif action.status == "exhausted":
@@ -393,9 +410,15 @@ def action_view(
             view.attempts = f"{action.attempts} of {action.max_attempts} attempts used"
         if unknown:
             view.next = (
-                f"Check whether {tool or 'the operation'} (step {action.seq}) happened, then record what you found.",
+                f"Check whether {tool or 'the operation'} ({step_where(action.seq, evidence)}) happened, then record "
+                "what you found.",
             )
-        elif action.cause in ("corrupt_checkpoint", "checkpoint_too_large", "checkpoint_purged"):
+        elif action.cause in c.UNAVAILABLE:
+            view.next = (
+                f"Recovery of run #{action.run_id} is unavailable: Start over (a fresh run from the beginning that "
+                "reuses nothing), or cancel this action.",
+            )
+        elif action.cause in NOT_CONTINUABLE:
             view.next = (
                 "Nothing of run #",
                 str(action.run_id),
@@ -421,7 +444,7 @@ def action_view(
             controls.add("cancel")
             if unknown:
                 controls.add("decide")
-            elif action.cause not in ("corrupt_checkpoint", "checkpoint_too_large", "checkpoint_purged"):
+            elif action.cause not in NOT_CONTINUABLE:
                 controls.add("retry")
         view.controls = frozenset(controls)
     elif status == "retrying":
@@ -519,7 +542,8 @@ class StepRow:
 def step_row(step, *, run, verdict=None, disposition: str | None = None, reused_run_id=None) -> StepRow:
     """The label and note of one step on a run card."""
     carry = run.carry or {}
-    declared = (carry.get("declared") or {}).get(str(step.seq)) if step.parent_seq is None else None
+    # A batch item a person declared performed is keyed by its own (nested) seq.
+    declared = (carry.get("declared") or {}).get(str(step.seq))
     if step.reused_from_id and declared is not None:
         return StepRow(
             "marked performed",
@@ -556,6 +580,7 @@ RERUN_WORDS = {
     "retry": "run again (retry requested)",
     "decided": "run again (decided: it did not happen)",
     "follow-up": "run again (follow-up)",
+    "resumes": "resumed item by item (saved items kept)",
 }
 
 
@@ -571,9 +596,11 @@ def _verdict_row(step, verdict, disposition: str) -> StepRow:
     if v == c.REPLAY:
         if disposition == c.EXHAUSTED:
             return StepRow("cut off", ("replay mode, but interrupted twice: not retried automatically again",))
-        if verdict.reason == "subagent_resumes":
+        if verdict.reason in ("subagent_resumes", "batch_resumes"):
             return StepRow("cut off", (verdict.detail,))
         return StepRow("cut off", ("replay mode: a continuation runs it again",))
+    if v == c.UNKNOWN_OUTCOME and step.tool == "foreach" and step.parent_seq is None:
+        return StepRow("unknown outcome", (verdict.detail,))  # names the item and says what the batch keeps
     if v == c.UNKNOWN_OUTCOME:
         return StepRow("unknown outcome", ("may or may not have happened: a person decides",))
     if v == c.DROP:
@@ -592,9 +619,22 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
+def fresh_start_text(carry: dict | None) -> str:
+    """Pure: how a fresh run is named wherever it is shown ("" for any other run). Never a recovery."""
+    fresh = (carry or {}).get("fresh_start")
+    if not isinstance(fresh, dict):
+        return ""
+    after = f" after run #{fresh['after']}" if fresh.get("after") else ""
+    by = f" by {fresh['by']}" if fresh.get("by") else ""
+    return f"Fresh start{by}{after}: runs the task again from the beginning and reuses nothing."
+
+
 def run_lines(run, *, auto_resume: bool = True) -> list[Line]:
     """The sentences under a run's badge: why it stopped or ended, in saved facts."""
     lines: list[Line] = []
+    fresh = fresh_start_text(run.carry)
+    if fresh:
+        lines.append((fresh,))
     if run.status == "stopping":
         lines.append(stopping_line(run))
     stopped = stopped_line(run, auto_resume=auto_resume)

@@ -6,7 +6,7 @@ from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils import timezone
 from django.utils.html import format_html
 
-from recovery.fresh import fresh_start_text
+from recovery.presenter import fresh_start_text
 from tasks.batches import NESTED_BASE
 
 register = template.Library()

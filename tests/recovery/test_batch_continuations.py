@@ -60,7 +60,8 @@ def test_a_person_who_says_the_item_happened_resumes_the_batch_with_it_kept(org,
     cont = Run.objects.get(continues=run)
     carried = steps_of(cont)
     assert sorted(carried) == [100_001, 100_002]  # the batch itself is planned again by the worker
-    assert carried[100_002].result == {"performed": True, "decided_by": "olive", "note": "b is there"}
+    assert carried[100_002].result["performed"] is True and carried[100_002].result["note"] == "b is there"
+    assert cont.carry["declared"]["100002"]["decided_by"] == "olive"  # the page says "marked performed"
     assert carried[100_002].phase == "completed" and carried[100_002].reused_from_id is not None
 
 

@@ -145,7 +145,7 @@ def test_recovery_unavailable_names_its_reason_and_leaves_start_over_and_cancel(
     body = api.get(f"/api/actions/{action.pk}/").json()
     assert body["cause"] == "tool_unknown" and body["status"] == "open"
     assert body["evidence"]["remaining"] == ["start_over", "cancel"]
-    assert "Start the task over" in body["next_action"] and "cancel" in body["next_action"]
+    assert "is unavailable: Start over" in body["next_action"] and "cancel" in body["next_action"]
     assert body["evidence"]["reasons"][0]["code"] == "tool_unknown"
     retry = api.post(f"/api/actions/{action.pk}/retry/", {"version": body["version"]}, format="json")
     assert retry.status_code == 409 and retry.json()["reason"] == "tool_unknown"
