@@ -114,3 +114,17 @@ def test_a_batch_that_made_progress_since_its_last_cut_resumes_again(org, agent)
     third = Run.objects.get(continues=second)
     assert sorted(steps_of(third)) == [100_001]
     assert not RecoveryAction.objects.filter(run=second).exists()
+
+
+def test_continue_now_asks_about_the_item_not_the_whole_batch(org, agent):
+    # Continue now opens the decision through this helper (recovery.controls) when none is live.
+    from recovery.controls import _open_decision
+    from recovery.selectors import diagnose
+
+    run = cut_batch(engine.first_run(engine.start(org, [WRITE])), 1)
+    diagnosis = diagnose(run)
+    batch = next(v for v in diagnosis.steps if v.seq == 1)
+    action = _open_decision(run, batch, diagnosis)
+    assert action.seq == 100_002 and action.evidence["tool"] == "file_write"
+    assert (action.evidence["item"], action.evidence["parent_seq"]) == (2, 1)
+    assert action.evidence["args"] == {"path": "b", "content": "x"}
