@@ -2,6 +2,7 @@
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,21 @@ from tests.recovery.test_end_to_end import lapse_and_supervise, run_worker
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ITEMS = ["a", "b", "c", "d", "e"]
+
+
+def settle_interrupted(run: Run, timeout: float = 30) -> Run:
+    """Let the killed worker's lease lapse and the supervisor mark the run interrupted.
+
+    A heartbeat the worker sent just before it died may still renew the lease
+    once, so wait for the fact rather than for one lease period.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        lapse_and_supervise(run)
+        run.refresh_from_db()
+        if run.status == "interrupted":
+            return run
+        assert time.monotonic() < deadline, f"run #{run.pk} is still {run.status}"
 
 
 def batch(items, tool, args):
@@ -44,7 +60,7 @@ def test_a_worker_killed_during_item_3_of_5_resumes_reusing_items_1_and_2(daphne
     assert steps[100_002].parent_seq == 1 and steps[100_002].args["command"] == "echo b >> visits.txt; echo b"
     assert (Path(task.workspace) / "visits.txt").read_text() == "a\nb\n"  # item 3's tool never ran
 
-    lapse_and_supervise(first)
+    settle_interrupted(first)
     diagnosis = api.get(f"/api/runs/{first.pk}/").json()["diagnosis"]
     assert diagnosis["disposition"] == "auto_resumable"
     verdict = next(s for s in diagnosis["steps"] if s["seq"] == 1)
@@ -85,7 +101,7 @@ def test_an_item_of_a_notify_tool_cut_off_after_dispatch_opens_a_decision_naming
     code, out = run_worker(daphne_server, token, fault="crash_after_dispatch:100002@1")
     assert code == -signal.SIGKILL, out
     first = Run.objects.get(task=task)
-    lapse_and_supervise(first)
+    settle_interrupted(first)
     supervise_once()
     action = RecoveryAction.objects.get(task=task)
     assert action.kind == "unknown_outcome" and action.seq == 100_002
@@ -129,7 +145,7 @@ def test_an_item_that_failed_stays_failed_after_recovery(daphne_server, org, age
     assert code == -signal.SIGKILL, out
     first = Run.objects.get(task=task)
     assert Step.objects.get(run=first, seq=100_001).phase == "failed"
-    lapse_and_supervise(first)
+    settle_interrupted(first)
     diagnosis = api.get(f"/api/runs/{first.pk}/").json()["diagnosis"]
     assert diagnosis["disposition"] == "auto_resumable"
     detail = next(s for s in diagnosis["steps"] if s["seq"] == 1)["detail"]
@@ -166,7 +182,7 @@ def test_start_over_runs_everything_again_and_says_so(daphne_server, org, agent,
     code, out = run_worker(daphne_server, token, fault="crash_after_dispatch:100002@1")
     assert code == -signal.SIGKILL, out
     old = Run.objects.get(task=task)
-    lapse_and_supervise(old)
+    settle_interrupted(old)
     action = RecoveryAction.objects.get(task=task)
     assert action.kind == "unknown_outcome" and action.seq == 100_002
     log = Path(task.workspace) / "log.txt"
