@@ -105,6 +105,17 @@
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var target = e.detail.target, fragment = e.detail.fragment;
     if (!target || !fragment || !target.id) return;
+    // A "new" row the page already shows (it was created just before the page was drawn) replaces
+    // that row instead of appearing twice.
+    if (target.tagName === "TBODY") {
+      var added = fragment.firstElementChild;
+      var existing = added && added.id ? document.getElementById(added.id) : null;
+      if (existing) {
+        existing.replaceWith(added);
+        e.detail.shouldSwap = false;
+        return;
+      }
+    }
     var fresh = fragment.querySelector ? fragment.querySelector("#" + CSS.escape(target.id)) : null;
     fresh = fresh || fragment.firstElementChild;
     if (!fresh) return;
