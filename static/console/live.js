@@ -109,7 +109,7 @@
     // that row instead of appearing twice.
     if (target.tagName === "TBODY") {
       var added = fragment.firstElementChild;
-      var existing = added && added.id ? document.getElementById(added.id) : null;
+      var existing = added && added.tagName === "TR" && added.id ? document.getElementById(added.id) : null;
       if (existing) {
         existing.replaceWith(added);
         e.detail.shouldSwap = false;
