@@ -11,7 +11,7 @@ from console.fresh import start_over_context
 from recovery import presenter
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
 from recovery.presenters import action_view_of
-from recovery.selectors import diagnose, task_detail
+from recovery.selectors import diagnose, step_modes_now, task_detail
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
 from tasks.models import LIVE_RUN_STATUSES, Agent, Run, Step, Task
@@ -118,6 +118,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     verdicts = {(v.parent_seq, v.seq): v for v in diagnosis.steps} if diagnosis is not None else {}
     disposition = diagnosis.disposition if diagnosis is not None else None
     rows = []
+    modes_now = step_modes_now(run, steps)  # a step planned before a settings change keeps its mode
     for s in steps:
         row = presenter.step_row(
             s,
@@ -133,6 +134,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "note": row.note,
                 "declared": row.declared,
                 "took": "" if row.declared else presenter.duration(s.dispatched_at, s.completed_at),
+                "mode": presenter.step_mode(s.recovery_mode, modes_now.get(s.pk)),
             }
         )
     continuation = next(

@@ -128,6 +128,9 @@ STATIC_ROOT = os.environ.get("CONSOLE_STATIC_ROOT") or None
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# A refused form (missing or stale CSRF token) is the console's own refusal page.
+CSRF_FAILURE_VIEW = "console.views.csrf_failure"
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

@@ -30,6 +30,7 @@ api = [
     path("actions/<int:action_id>/decision/", recovery_api.ActionDecisionView.as_view(), name="api-action-decision"),
     path("actions/<int:action_id>/cancel/", recovery_api.ActionCancelView.as_view(), name="api-action-cancel"),
     path("events/", tasks_api.EventListView.as_view(), name="api-events"),
+    path("agents/<str:name>/settings/", recovery_api.AgentSettingsView.as_view(), name="api-agent-settings"),
     path("runner/claim/", tasks_api.ClaimView.as_view(), name="runner-claim"),
     path("runner/runs/<int:run_id>/heartbeat/", tasks_api.HeartbeatView.as_view(), name="runner-heartbeat"),
     path("runner/runs/<int:run_id>/steps/", tasks_api.StepPlanView.as_view(), name="runner-step-plan"),
@@ -68,7 +69,10 @@ urlpatterns = [
     path("actions/<int:action_id>/decision/", views.action_decide, name="action-decide"),
     path("actions/<int:action_id>/cancel/", views.action_cancel, name="action-cancel"),
     path("settings/tools/", views.settings_tools, name="settings-tools"),
+    path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/", include(api)),
 ]
+
+handler403 = views.forbidden

@@ -2,25 +2,29 @@
 
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Case, Q, When
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from console import cards
+from console import agent_settings, cards
 from console.live import last_event_id
 from recovery import actions as recovery_actions
 from recovery import controls, followups, presenter
 from recovery.fresh import task_start_over as start_over
 from recovery.models import ActionStatus, RecoveryAction
-from recovery.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for, profile_update
-from recovery.selectors import action_detail, task_count, task_detail, task_page
+from recovery.modes import profile_update
+from recovery.selectors import action_detail, profile_history, task_count, task_detail, task_page
 from tasks import services
 from tasks.authz import can_admin
-from tasks.errors import Invalid, NotFound, ServiceError
+from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.models import Agent, Role, Task
-from tasks.selectors import memberships_of, primary_membership, visible_runs, visible_tasks
+from tasks.selectors import memberships_of, org_admin_names, primary_membership, visible_runs, visible_tasks
 
 TABS = (
     ("needs_decision", "Needs decision"),
@@ -169,6 +173,8 @@ def _action_or_404(request, action_id: int) -> RecoveryAction:
 
 def _card_response(request, action_id: int, *, error: ServiceError | None = None):
     action = _action_or_404(request, action_id)
+    if not request.htmx and isinstance(error, Forbidden):
+        return refused(request, error.detail)
     if not request.htmx and error is None:
         return redirect(f"/tasks/{action.task_id}/#action-{action.pk}")
     html = cards.render_action_card(
@@ -243,6 +249,8 @@ def action_cancel(request, action_id: int):
 
 def _header_response(request, task_id: int, *, error: ServiceError | None = None, typed=None):
     task = _task_or_404(request, task_id)
+    if not request.htmx and isinstance(error, Forbidden):
+        return refused(request, error.detail)
     if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
     html = cards.render_task_header(
@@ -366,6 +374,8 @@ def task_message(request, task_id: int):
         followups.message_save(user=request.user, task=task, body=request.POST.get("body", ""))
     except ServiceError as exc:
         error = exc
+    if not request.htmx and isinstance(error, Forbidden):
+        return refused(request, error.detail)
     if not request.htmx and error is None:
         return redirect(f"/tasks/{task_id}/")
     task = _task_or_404(request, task_id)
@@ -385,40 +395,126 @@ def task_message(request, task_id: int):
 # --- settings ----------------------------------------------------------------------
 
 
-@login_required
-def settings_tools(request):
+def _settings_admin(request):
+    """The membership whose tool settings the person edits; PermissionDenied (the styled refusal) otherwise."""
     membership = primary_membership(request.user)
-    if membership is None or not can_admin(request.user, membership.org_id):
-        return HttpResponseForbidden("Tool settings need the admin role.")
+    if membership is None:
+        raise PermissionDenied("Tool settings belong to an organization, and you are not a member of one.")
+    if not can_admin(request.user, membership.org_id):
+        raise PermissionDenied(
+            f"Tool settings need the admin role; you are {membership.role} in {membership.org.name}."
+        )
+    return membership
+
+
+def _settings_page(request, membership, *, focus: str = "", section=None, status: int = 200):
+    """The whole page; `section` (agent pk, context) replaces that agent's section as drawn from saved state."""
     agents = list(Agent.objects.filter(org_id=membership.org_id).select_related("profile").order_by("name"))
-    saved, error = "", ""
-    if request.method == "POST":
-        agent = next((a for a in agents if a.pk == _int(request.POST.get("agent"))), None)
-        if agent is None:
-            raise Http404("No such agent.")
-        modes = {k.split(":", 1)[1]: v for k, v in request.POST.items() if k.startswith("mode:")}
-        try:
-            profile_update(
-                actor=request.user, profile=agent.profile, modes=modes, auto_resume=_checked(request, "auto_resume")
-            )
-            return redirect(f"/settings/tools/?saved={agent.name}")
-        except ServiceError as exc:
-            error = exc.detail
-    saved = request.GET.get("saved", "")
-    profiles = []
+    history = profile_history(membership.org_id)
+    sections = []
     for agent in agents:
-        overrides = agent.profile.tool_modes or {}
-        tools = sorted(set(KNOWN_TOOLS) | set(overrides))
-        rows = [{"tool": t, "default": DEFAULT_MODES.get(t, "forget"), "mode": mode_for(t, overrides)} for t in tools]
-        profiles.append({"agent": agent, "profile": agent.profile, "rows": rows})
+        if section is not None and section[0] == agent.pk:
+            sections.append(section[1])
+        else:
+            opened = agent.name == focus or len(agents) == 1
+            sections.append(agent_settings.section_context(agent, history.get(agent.name, []), opened=opened))
     return _page(
         request,
         "console/settings_tools.html",
+        {"sections": sections, "nav": "settings", "overridden": sum(1 for s in sections if s["overrides"])},
+        status=status,
+    )
+
+
+@login_required
+def settings_tools(request):
+    membership = _settings_admin(request)
+    focus = request.GET.get("agent", "")
+    notes = " ".join(str(m) for m in messages.get_messages(request))
+    section = None
+    if notes and focus:
+        agent = Agent.objects.filter(org_id=membership.org_id, name=focus).select_related("profile").first()
+        if agent is not None:
+            history = profile_history(membership.org_id, [agent.name]).get(agent.name, [])
+            section = (agent.pk, agent_settings.section_context(agent, history, opened=True, saved_text=notes))
+    return _settings_page(request, membership, focus=focus, section=section)
+
+
+def _agent_section(request, membership, agent, *, form=None, saved_text="", error=None, status=200):
+    """One agent's section (htmx swaps only it), or the whole page around it for a plain form post."""
+    history = profile_history(membership.org_id, [agent.name]).get(agent.name, [])
+    ctx = agent_settings.section_context(agent, history, form=form, opened=True, saved_text=saved_text, error=error)
+    if not request.htmx:
+        return _settings_page(request, membership, focus=agent.name, section=(agent.pk, ctx), status=status)
+    return render(request, "console/settings_tools.html#profile", {"s": ctx}, status=status)
+
+
+@login_required
+def settings_agent(request, agent: str):
+    """GET: the agent's section as saved (htmx "discard changes"). POST: save what its form changed."""
+    membership = _settings_admin(request)
+    target = Agent.objects.filter(org_id=membership.org_id, name=agent).select_related("profile").first()
+    if target is None:
+        raise Http404("No such agent.")
+    if request.method == "GET":
+        if not request.htmx:
+            return redirect(f"{reverse('settings-tools')}?{urlencode({'agent': target.name})}#profile-{target.pk}")
+        return _agent_section(request, membership, target)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = agent_settings.SettingsForm.parse(request.POST)
+    try:
+        saved = profile_update(actor=request.user, profile=target.profile, **form.service_args())
+    except ServiceError as exc:
+        return _agent_section(request, membership, target, form=form, error=exc, status=exc.status_code)
+    text = (
+        f"Saved {target.name}: {saved.text}."
+        if saved.changes
+        else f"Nothing to save: {target.name}'s settings are as shown."
+    )
+    target.profile = saved.profile
+    if not request.htmx:
+        messages.success(request, text)
+        return redirect(f"{reverse('settings-tools')}?{urlencode({'agent': target.name})}#profile-{target.pk}")
+    rest = form.without_reset() if form.reset else None
+    return _agent_section(request, membership, target, form=rest, saved_text=text)
+
+
+# --- refusals ----------------------------------------------------------------------
+
+
+def refused(request, reason: str, *, status: int = 403):
+    """The console's page for a refused request: the reason, who can help, and a way back."""
+    membership = primary_membership(request.user)
+    back = request.META.get("HTTP_REFERER", "")
+    here = request.build_absolute_uri()
+    if back == here or not url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        back = ""
+    return _page(
+        request,
+        "console/refused.html",
         {
-            "profiles": profiles,
-            "modes": ("replay", "notify", "forget"),
-            "saved": saved,
-            "error": error,
-            "nav": "settings",
+            "reason": reason,
+            "back": back,
+            "admins": org_admin_names(membership.org_id) if membership else [],
+            "membership": membership,
         },
+        status=status,
+    )
+
+
+def forbidden(request, exception=None):
+    """`handler403`: every PermissionDenied a page raises is the styled refusal with its reason."""
+    reason = str(exception) if exception is not None and str(exception) else "You do not have access to this page."
+    return refused(request, reason)
+
+
+def csrf_failure(request, reason: str = ""):
+    """`CSRF_FAILURE_VIEW`: a form sent without its security token, said in words."""
+    return refused(
+        request,
+        "This form was sent without a valid security token — the page may have been open since before you "
+        "signed in again, or cookies are blocked. Reload the page and try again.",
     )

@@ -6,13 +6,14 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from recovery import actions, controls, followups, fresh, selectors
+from recovery.modes import current_modes, mode_for
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
 from tasks.errors import Forbidden, Invalid, NotFound
-from tasks.models import Role
+from tasks.models import Agent, RecoveryMode, Role
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
 
 TASK_STATES = (
@@ -408,3 +409,67 @@ class TaskStartOverView(OperatorView):
             )
 
         return idempotent(request, handle)
+
+
+SETTING_KINDS = ("tool_mode", "auto_resume")
+
+
+class AgentToolModeOut(serializers.Serializer):
+    tool = serializers.CharField()
+    default = serializers.ChoiceField(choices=RecoveryMode.values)
+    mode = serializers.ChoiceField(choices=RecoveryMode.values)
+
+
+# `from` is a Python keyword, so this one is built from a dict of its fields.
+AgentSettingChangeOut = type(
+    "AgentSettingChangeOut",
+    (serializers.Serializer,),
+    {
+        "actor": serializers.CharField(),
+        "at": serializers.DateTimeField(),
+        "setting": serializers.ChoiceField(choices=SETTING_KINDS),
+        "tool": serializers.CharField(required=False, help_text="absent for the auto-resume switch"),
+        "from": serializers.JSONField(help_text="a recovery mode, or a boolean for auto-resume"),
+        "to": serializers.JSONField(help_text="a recovery mode, or a boolean for auto-resume"),
+        "reason": serializers.CharField(allow_blank=True),
+    },
+)
+
+
+class AgentSettingsOut(serializers.Serializer):
+    agent = serializers.CharField()
+    auto_resume = serializers.BooleanField()
+    tools = AgentToolModeOut(many=True)
+    history = AgentSettingChangeOut(many=True, help_text="newest first")
+
+
+class AgentSettingsView(OperatorView):
+    """An agent's recovery modes, auto-resume switch and the history of their changes (admin)."""
+
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=AgentSettingsOut)
+    def get(self, request, name: str):
+        ms = memberships_of(request.user)
+        org_slug = request.query_params.get("org")
+        if org_slug:
+            ms = [m for m in ms if m.org.slug == org_slug]
+        agents = {
+            a.org_id: a
+            for a in Agent.objects.filter(org_id__in=[m.org_id for m in ms], name=name).select_related("profile")
+        }
+        if not agents:
+            raise NotFound(f"No agent {name!r}.")
+        # Among the organizations that have such an agent, the one where the caller is an admin, if any.
+        org_id = next((m.org_id for m in ms if m.org_id in agents and m.allows(Role.ADMIN)), next(iter(agents)))
+        require_role(request.user, org_id, Role.ADMIN, what=f"No agent {name!r}.")
+        agent = agents[org_id]
+        history = selectors.profile_history(org_id, [agent.name], limit=10_000).get(agent.name, [])
+        data = {
+            "agent": agent.name,
+            "auto_resume": agent.profile.auto_resume,
+            "tools": [
+                {"tool": tool, "default": mode_for(tool), "mode": mode}
+                for tool, mode in current_modes(agent.profile.tool_modes).items()
+            ],
+            "history": [entry.as_api() for entry in history],
+        }
+        return Response(AgentSettingsOut(data).data)

@@ -1,37 +1,285 @@
-"""Per-agent-profile recovery-mode overrides and the auto-resume switch (admin)."""
+"""Per-agent recovery-mode overrides and the auto-resume switch (admin), with guard rails and a history.
+
+A change is decided by pure functions (`profile_changes`, `Change.needs_confirmation`)
+and applied by one service, `profile_update`, which appends one `profile_updated`
+event carrying each change (tool, from, to) and the person's reason. The history
+of an agent's settings is read back from those events (`recovery.selectors.profile_history`).
+"""
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.db import transaction
 
-from tasks.errors import Invalid
+from tasks.errors import Invalid, ServiceError, StaleVersion
 from tasks.events import event_append
 from tasks.models import AgentProfile, RecoveryMode
 from tasks.modes import DEFAULT_MODES, KNOWN_TOOLS, mode_for
 
-__all__ = ["DEFAULT_MODES", "KNOWN_TOOLS", "mode_for", "profile_update"]
+__all__ = [
+    "AUTO_RESUME",
+    "DEFAULT_MODES",
+    "KNOWN_TOOLS",
+    "REPLAY_RISK",
+    "Change",
+    "ConfirmationRequired",
+    "current_modes",
+    "mode_for",
+    "profile_changes",
+    "profile_update",
+]
+
+AUTO_RESUME = "auto_resume"
+# What replay means for a tool whose outcome is otherwise left to a person.
+REPLAY_RISK = "a call cut off after dispatch will run again automatically; it may happen twice"
+REASON_MAX = 1000
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+def on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting of one agent moving from `before` to `after`; `tool` is None for the auto-resume switch."""
+
+    tool: str | None
+    before: str | bool
+    after: str | bool
+
+    @property
+    def setting(self) -> str:
+        return AUTO_RESUME if self.tool is None else "tool_mode"
+
+    @property
+    def default(self) -> str | None:
+        return None if self.tool is None else mode_for(self.tool)
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A tool whose outcome a person verifies by default would now be run again by itself."""
+        return self.tool is not None and self.default == RecoveryMode.NOTIFY and self.after == RecoveryMode.REPLAY
+
+    @property
+    def needs_reason(self) -> bool:
+        return self.needs_confirmation or self.tool is None
+
+    @property
+    def text(self) -> str:
+        if self.tool is None:
+            return f"auto-resume: {on_off(bool(self.before))} → {on_off(bool(self.after))}"
+        return f"{self.tool}: {self.before} → {self.after}"
+
+    def as_payload(self) -> dict:
+        if self.tool is None:
+            return {"setting": AUTO_RESUME, "from": bool(self.before), "to": bool(self.after)}
+        return {"setting": "tool_mode", "tool": self.tool, "from": self.before, "to": self.after}
+
+
+class ConfirmationRequired(ServiceError):
+    """The save needs more from the person: the replay risk accepted for `tools`, and/or a reason."""
+
+    code = "confirmation_required"
+    status_code = 409
+
+    def __init__(self, detail: str, *, tools: list[str], reason_required: bool):
+        super().__init__(detail, tools=tools, reason_required=reason_required)
+        self.tools = tools
+        self.reason_required = reason_required
+
+
+def current_modes(overrides: dict | None, tools: Iterable[str] = ()) -> dict[str, str]:
+    """Every known tool (plus any overridden or named one) with the mode it resolves to."""
+    overrides = overrides or {}
+    names = sorted(set(KNOWN_TOOLS) | set(overrides) | set(tools))
+    return {tool: mode_for(tool, overrides) for tool in names}
+
+
+def profile_changes(
+    *,
+    overrides: dict,
+    auto_resume: bool,
+    modes: dict[str, str],
+    auto_resume_to: bool | None = None,
+    expected: dict | None = None,
+) -> tuple[list[Change], list[str]]:
+    """Pure: what a save changes, and which of its changes collide with a save made meanwhile.
+
+    `modes` and `auto_resume_to` are what the person submitted; `expected` (optional)
+    is what their form showed as saved (tool → mode, and `auto_resume`). With
+    `expected`, a setting the person left as it was is not a change at all — a
+    concurrent save of that setting by someone else is kept — and a setting the
+    person changed collides when its saved value moved since the form was drawn.
+    """
+    changes: list[Change] = []
+    collisions: list[str] = []
+    wanted = [(tool, modes[tool], mode_for(tool, overrides)) for tool in sorted(modes)]
+    if auto_resume_to is not None:
+        wanted.append((None, auto_resume_to, auto_resume))
+    for tool, to, now in wanted:
+        key = AUTO_RESUME if tool is None else tool
+        if expected is not None and key in expected:
+            if to == expected[key]:
+                continue
+            if now != expected[key]:
+                collisions.append(key)
+                continue
+        if to != now:
+            changes.append(Change(tool, now, to))
+    return changes, collisions
+
+
+def _validate(modes: dict[str, str]) -> None:
+    for tool, mode in modes.items():
+        if not isinstance(tool, str) or not TOOL_NAME.match(tool):
+            raise Invalid(f"{tool!r} is not a tool name.", field="modes")
+        if mode not in RecoveryMode.values:
+            raise Invalid(f"{mode!r} is not a recovery mode (replay, notify or forget).", field=tool)
+
+
+@dataclass
+class ProfileSaved:
+    profile: AgentProfile
+    changes: list[Change]
+
+    @property
+    def text(self) -> str:
+        return "; ".join(c.text for c in self.changes) if self.changes else "nothing changed"
 
 
 @transaction.atomic
-def profile_update(*, actor, profile: AgentProfile, modes: dict[str, str], auto_resume: bool) -> AgentProfile:
-    """Set the profile's overrides. A mode equal to the tool's default is stored as no override.
+def profile_update(
+    *,
+    actor,
+    profile: AgentProfile,
+    modes: dict[str, str] | None = None,
+    auto_resume: bool | None = None,
+    reason: str = "",
+    confirm_replay: Iterable[str] = (),
+    expected: dict | None = None,
+) -> ProfileSaved:
+    """Change an agent's tool modes and/or its auto-resume switch; one `profile_updated` event per save.
 
+    A mode equal to the tool's default is stored as no override (a reset). Refuses:
+    an unknown mode (`invalid`); moving a tool whose default is notify to replay
+    unless that tool is in `confirm_replay` and a reason is given, or switching
+    auto-resume without a reason (`confirmation_required`); a setting the person
+    changed that someone else saved since `expected` was read (`stale_version`).
     Steps already planned keep the mode they were planned with: history is not rewritten.
     """
-    overrides = {}
-    for tool, mode in modes.items():
-        if mode not in RecoveryMode.values:
-            raise Invalid(f"{mode!r} is not a recovery mode (replay, notify or forget).", field=tool)
-        if mode != mode_for(tool):
-            overrides[tool] = mode
-    profile = AgentProfile.objects.select_for_update().get(pk=profile.pk)
-    before = {"tool_modes": profile.tool_modes, "auto_resume": profile.auto_resume}
-    AgentProfile.objects.filter(pk=profile.pk).update(tool_modes=overrides, auto_resume=bool(auto_resume))
-    profile.refresh_from_db()
-    after = {"tool_modes": profile.tool_modes, "auto_resume": profile.auto_resume}
-    if before != after:
-        event_append(
-            org_id=profile.agent.org_id,
-            kind="profile_updated",
-            actor=actor,
-            payload={"agent": profile.agent.name, "before": before, "after": after},
+    modes = dict(modes or {})
+    _validate(modes)
+    reason = (reason or "").strip()
+    if len(reason) > REASON_MAX:
+        raise Invalid(f"A reason is at most {REASON_MAX} characters.", field="reason")
+    profile = AgentProfile.objects.select_for_update(of=("self",)).select_related("agent").get(pk=profile.pk)
+    overrides = dict(profile.tool_modes or {})
+    changes, collisions = profile_changes(
+        overrides=overrides,
+        auto_resume=profile.auto_resume,
+        modes=modes,
+        auto_resume_to=auto_resume,
+        expected=expected,
+    )
+    if collisions:
+        saved = current_modes(overrides)
+        told = ", ".join(
+            f"auto-resume is now {on_off(profile.auto_resume)}" if c == AUTO_RESUME else f"{c} is now {saved[c]}"
+            for c in collisions
         )
-    return profile
+        raise StaleVersion(
+            f"Someone saved {profile.agent.name}'s settings since this form was drawn ({told}). "
+            "Your choices are kept below; check them and save again.",
+            settings=collisions,
+        )
+    unconfirmed = [c.tool for c in changes if c.needs_confirmation and c.tool not in set(confirm_replay)]
+    reason_missing = any(c.needs_reason for c in changes) and not reason
+    if unconfirmed or reason_missing:
+        parts = []
+        if unconfirmed:
+            parts.append(f"Moving {', '.join(unconfirmed)} to replay needs your confirmation: {REPLAY_RISK}.")
+        if reason_missing:
+            parts.append("Say why in the reason; it is kept in the history.")
+        raise ConfirmationRequired(" ".join(parts), tools=unconfirmed, reason_required=reason_missing)
+    if not changes:
+        return ProfileSaved(profile, [])
+
+    for c in changes:
+        if c.tool is None:
+            continue
+        if c.after == mode_for(c.tool):
+            overrides.pop(c.tool, None)
+        else:
+            overrides[c.tool] = c.after
+    after_auto = next((bool(c.after) for c in changes if c.tool is None), profile.auto_resume)
+    before = {"tool_modes": profile.tool_modes, "auto_resume": profile.auto_resume}
+    updated = AgentProfile.objects.filter(pk=profile.pk).update(tool_modes=overrides, auto_resume=after_auto)
+    assert updated == 1  # the row is locked above
+    profile.refresh_from_db()
+    event_append(
+        org_id=profile.agent.org_id,
+        kind="profile_updated",
+        actor=actor,
+        payload={
+            "agent": profile.agent.name,
+            "agent_id": profile.agent_id,
+            "changes": [c.as_payload() for c in changes],
+            "reason": reason,
+            "before": before,
+            "after": {"tool_modes": profile.tool_modes, "auto_resume": profile.auto_resume},
+        },
+    )
+    return ProfileSaved(profile, changes)
+
+
+def changes_of(payload: dict) -> list[Change]:
+    """Pure: the changes a `profile_updated` event records (events written before per-change payloads: diffed)."""
+    if isinstance(payload.get("changes"), list):
+        return [
+            Change(None if c.get("setting") == AUTO_RESUME else c.get("tool"), c.get("from"), c.get("to"))
+            for c in payload["changes"]
+            if isinstance(c, dict)
+        ]
+    before, after = payload.get("before") or {}, payload.get("after") or {}
+    old, new = before.get("tool_modes") or {}, after.get("tool_modes") or {}
+    tools = set(old) | set(new)
+    changes = [
+        Change(tool, mode_for(tool, old), mode_for(tool, new))
+        for tool in sorted(tools)
+        if mode_for(tool, old) != mode_for(tool, new)
+    ]
+    if "auto_resume" in before and before.get("auto_resume") != after.get("auto_resume"):
+        changes.append(Change(None, bool(before["auto_resume"]), bool(after.get("auto_resume"))))
+    return changes
+
+
+def modes_now(steps, *, overrides: dict | None, subagent_overrides: dict[str, dict | None]) -> dict[int, str]:
+    """Pure: step pk → the mode it would be planned with now, for each step whose saved mode differs.
+
+    Resolved as `tasks.services.step_plan` resolves it: a subagent's nested calls
+    take the subagent's profile, every other step the run's agent's profile.
+    """
+    by_seq = {s.seq: s for s in steps}
+    drift = {}
+    for s in steps:
+        parent = by_seq.get(s.parent_seq) if s.parent_seq is not None else None
+        own = overrides
+        if parent is not None and parent.tool == "subagent":
+            name = (parent.args or {}).get("agent")
+            own = subagent_overrides.get(name, overrides) if isinstance(name, str) else overrides
+        now = mode_for(s.tool, own)
+        if s.recovery_mode and now != s.recovery_mode:
+            drift[s.pk] = now
+    return drift
+
+
+def subagent_names(steps) -> set[str]:
+    """Pure: the agents whose profiles resolve the run's nested subagent calls."""
+    parents = {s.parent_seq for s in steps if s.parent_seq is not None}
+    return {
+        s.args.get("agent")
+        for s in steps
+        if s.seq in parents and s.tool == "subagent" and isinstance((s.args or {}).get("agent"), str)
+    }

@@ -584,6 +584,11 @@ RERUN_WORDS = {
 }
 
 
+def step_mode(planned: str, now: str | None = None) -> str:
+    """The recovery mode a step was planned with, and the agent's mode now where a settings change moved it since."""
+    return f"planned as {planned} · now {now}" if now and now != planned else planned
+
+
 def _verdict_row(step, verdict, disposition: str) -> StepRow:
     """A step of an interrupted/stopped run, in words that agree with the run's disposition."""
     v = verdict.verdict

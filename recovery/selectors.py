@@ -1,5 +1,6 @@
 """Reads of tasks with their recovery state, for pages and the API. Query counts do not grow with data."""
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
@@ -8,9 +9,10 @@ from django.utils import timezone
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
 from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
+from recovery.modes import Change, changes_of, modes_now, subagent_names
 from tasks.errors import Invalid, NotFound
 from tasks.holds import Hold
-from tasks.models import LEASED_RUN_STATUSES, Agent, Message, Run, Step, Task
+from tasks.models import LEASED_RUN_STATUSES, Agent, Event, Message, Run, Step, Task
 from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
 from tasks.worker.tools import TOOLS
 
@@ -310,3 +312,63 @@ def action_detail(user, action_id: int) -> RecoveryAction | None:
         )
         .first()
     )
+
+
+# --- agent settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One change of an agent's settings as the history shows it: who, when, what, from → to, why."""
+
+    actor: str
+    at: datetime
+    change: Change
+    reason: str
+    event_id: int
+
+    def as_api(self) -> dict:
+        c = self.change
+        entry = {"actor": self.actor, "at": self.at, "setting": c.setting, "from": c.before, "to": c.after}
+        if c.tool is not None:
+            entry["tool"] = c.tool
+        entry["reason"] = self.reason
+        return entry
+
+
+def profile_history(org_id: int, agent_names=None, *, limit: int = 500) -> dict[str, list[SettingChange]]:
+    """Agent name → its settings changes, newest first, from the organization's `profile_updated` events.
+
+    One query (on the event index by organization and kind) whatever the number of agents;
+    `limit` bounds the events read.
+    """
+    events = Event.objects.filter(org_id=org_id, kind="profile_updated")
+    if agent_names is not None:
+        events = events.filter(payload__agent__in=list(agent_names))
+    history: dict[str, list[SettingChange]] = {}
+    for event in events.order_by("-id")[:limit]:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        name = payload.get("agent")
+        if not isinstance(name, str):
+            continue
+        reason = payload.get("reason") if isinstance(payload.get("reason"), str) else ""
+        history.setdefault(name, []).extend(
+            SettingChange(event.actor, event.created_at, c, reason, event.pk) for c in changes_of(payload)
+        )
+    return history
+
+
+def step_modes_now(run: Run, steps) -> dict[int, str]:
+    """Step pk → the mode the step would be planned with now, where that differs from its saved mode.
+
+    Reads the run's agent profile as loaded (select `agent__profile`), plus one query
+    when the run has nested subagent calls.
+    """
+    profile = getattr(run.agent, "profile", None)
+    names = subagent_names(steps)
+    subagents = {}
+    if names:
+        for agent in Agent.objects.filter(org_id=run.org_id, name__in=names).select_related("profile"):
+            sub = getattr(agent, "profile", None)
+            subagents[agent.name] = sub.tool_modes if sub else None
+    return modes_now(steps, overrides=profile.tool_modes if profile else None, subagent_overrides=subagents)

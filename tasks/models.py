@@ -362,6 +362,8 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["org", "id"], name="event_org_id"),
             models.Index(fields=["task", "id"], name="event_task_id"),
+            # Histories read one kind of an organization's events (e.g. settings changes).
+            models.Index(fields=["org", "kind", "id"], name="event_org_kind_id"),
         ]
 
     def __str__(self):

@@ -106,3 +106,12 @@ def chain_ids(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[int]:
         else:
             prev = Run.objects.filter(pk=prev).values_list("continues_id", flat=True).first()
     return list(reversed(ids))
+
+
+def org_admin_names(org_id: int, limit: int = 5) -> list[str]:
+    """Who can change a person's role or act for them: the organization's admins, by name."""
+    return list(
+        Membership.objects.filter(org_id=org_id, role=Role.ADMIN)
+        .order_by("user__username")
+        .values_list("user__username", flat=True)[:limit]
+    )

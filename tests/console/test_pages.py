@@ -12,8 +12,7 @@ from recovery.actions import action_decide, actions_settle
 from recovery.models import RecoveryAction
 from recovery.selectors import task_count
 from recovery.supervisor import supervise_once
-from tasks.models import AgentProfile, Run, Step, Task
-from tasks.modes import KNOWN_TOOLS, mode_for
+from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause
 from tests.console.scenarios import SAFE_PLAN, claim, running_task, unknown_outcome_action
 from tests.factories import make_member
@@ -343,64 +342,6 @@ def test_the_inbox_hides_other_organizations(login, org, agent, operator, other_
     theirs = unknown_outcome_action(other_org, title="their trouble")
     content = login(operator).get("/inbox/").text
     assert f"inbox-action-{theirs.pk}" not in content and "their trouble" not in content
-
-
-# --- tool settings -------------------------------------------------------------------
-
-
-def test_tool_settings_need_the_admin_role(login, org, agent, operator, viewer, admin_user):
-    for user in (operator, viewer):
-        client = login(user)
-        assert client.get("/settings/tools/").status_code == 403, user
-        response = client.post("/settings/tools/", {"agent": agent.pk, "mode:file_read": "notify"})
-        assert response.status_code == 403, user
-    assert AgentProfile.objects.get(agent=agent).tool_modes == {}
-    response = login(admin_user).get("/settings/tools/")
-    assert response.status_code == 200
-    assert 'name="mode:file_write"' in response.text and 'name="mode:file_read"' in response.text
-    assert f'id="profile-{agent.pk}"' in response.text
-
-
-def form_modes(agent, **changes) -> dict:
-    """The settings form as a browser posts it: every select, plus the checkbox when ticked."""
-    overrides = AgentProfile.objects.get(agent=agent).tool_modes
-    data = {f"mode:{tool}": mode_for(tool, overrides) for tool in KNOWN_TOOLS}
-    data.update({f"mode:{tool}": mode for tool, mode in changes.items()})
-    data.update({"agent": agent.pk, "auto_resume": "1"})
-    return data
-
-
-def test_a_mode_change_is_stored_and_applies_to_steps_planned_later(login, org, agent, admin_user):
-    task = task_create(
-        org=org,
-        actor="t",
-        title="reads",
-        agent="builder",
-        input={"steps": [{"tool": "file_read", "args": {"path": "a"}}, {"tool": "file_read", "args": {"path": "b"}}]},
-    )
-    run = claim(task)
-    worker = run.lease_worker
-    first = step_plan(worker=worker, run_id=run.pk, epoch=run.lease_epoch, seq=1, tool="file_read", args={"path": "a"})
-    assert first.recovery_mode == "replay"
-
-    response = login(admin_user).post("/settings/tools/", form_modes(agent, file_read="notify"))
-    assert response.status_code == 302 and response["Location"] == "/settings/tools/?saved=builder"
-    profile = AgentProfile.objects.get(agent=agent)
-    assert profile.tool_modes == {"file_read": "notify"} and profile.auto_resume is True
-    page = login(admin_user).get(response["Location"]).text
-    assert "Saved builder" in page and '<option value="notify" selected>notify</option>' in page
-
-    second = step_plan(worker=worker, run_id=run.pk, epoch=run.lease_epoch, seq=2, tool="file_read", args={"path": "b"})
-    assert second.recovery_mode == "notify"
-    first.refresh_from_db()
-    assert first.recovery_mode == "replay"
-
-
-def test_an_invalid_mode_is_refused_visibly_and_not_stored(login, org, agent, admin_user):
-    response = login(admin_user).post("/settings/tools/", form_modes(agent, file_read="sometimes"))
-    assert response.status_code == 200
-    assert 'class="refusal"' in response.text and "sometimes" in response.text
-    assert AgentProfile.objects.get(agent=agent).tool_modes == {}
 
 
 # --- Django admin --------------------------------------------------------------------
