@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions/3.13*/bin/python3 $$HOME/.pyenv/versions/3.12*/bin/python3 /usr/bin/python3.13 /usr/bin/python3.12 2>/dev/null); do \
 	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then command -v $$p; break; fi; done)
 
-.PHONY: run test test-fast lint bench venv browser clean
+.PHONY: run test test-fast lint bench venv browser axe clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (tried python3.13, python3.12, pyenv versions)." >&2; exit 1; fi
@@ -24,10 +24,18 @@ browser:
 		if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 		else echo "error: /usr/bin/chromium is missing: sudo apt-get install -y chromium" >&2; exit 1; fi; fi
 
+# axe-core for the accessibility tests, from the npm registry, exactly as package-lock.json pins it.
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm is missing (the accessibility tests inject axe-core from node_modules)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+axe: node_modules/.installed
+
 run: venv
 	@bin/run
 
-test: venv browser
+test: venv browser axe
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv

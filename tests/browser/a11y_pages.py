@@ -1,0 +1,103 @@
+"""Every page the accessibility check visits, in one list: a new page is one `Visit` line here.
+
+`path` is formatted with the fields of `A11yScenario` (add a field and build it in
+`a11y_scenario` when a page needs its own data). `roles` are who visits it
+("anonymous" visits signed out); `prepare` brings the page into a state worth
+checking (a form asking to confirm, an open dialog). Every `<details>` is opened
+before the check, so folded content is checked too.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from console.views import TABS
+from recovery.actions import action_decide, actions_settle
+from recovery.modes import profile_update
+from tests.console.scenarios import claim, continuation_action, unknown_outcome_action
+from tests.factories import make_agent
+
+PEOPLE = ("viewer", "operator", "admin")
+ROLES = ("anonymous", *PEOPLE)
+USERNAMES = {"viewer": "victor", "operator": "olive", "admin": "ada"}  # the conftest's member fixtures
+
+
+@dataclass(frozen=True)
+class A11yScenario:
+    agent: str
+    unknown_task: int  # a live unknown-outcome action (needs a decision)
+    unknown_run: int
+    exhausted_task: int
+    settled_task: int  # its action was decided and its continuation started: a settled card
+    continuation_task: int  # safe to continue, but its agent does not resume by itself
+
+
+def a11y_scenario(org, admin) -> A11yScenario:
+    """Each kind of card, made through the real services."""
+    make_agent(org, "careful", auto_resume=False)
+    exhausted = unknown_outcome_action(org, title="Post the invoice to the billing hook")
+    actions_settle(now=timezone.now() + timedelta(days=3))  # before the others, which would age too
+    continuation = continuation_action(org, title="Read the meeting notes")
+    unknown = unknown_outcome_action(org, title="Write the weekly report")
+    settled = unknown_outcome_action(org, title="Write the quarterly summary")
+    action_decide(action_id=settled.pk, user=admin, version=settled.version, outcome="performed", note="on disk")
+    claim(settled.task)  # its continuation starts (last: a later lapse would interrupt it): the action is resolved
+    profile_update(
+        actor=admin,
+        profile=org.agents.get(name="builder").profile,
+        modes={"http_post": "replay", "bash": "forget"},
+        confirm_replay=["http_post"],
+        reason="the billing hook dedupes on its request id",
+    )
+    return A11yScenario(
+        agent="builder",
+        unknown_task=unknown.task_id,
+        unknown_run=unknown.run_id,
+        exhausted_task=exhausted.task_id,
+        settled_task=settled.task_id,
+        continuation_task=continuation.task_id,
+    )
+
+
+def settings_asking_to_confirm(page: Page) -> None:
+    """The admin moved careful's file_write to replay and saved: the form asks to confirm it, with a reason."""
+    section = page.locator("details.profile[data-agent='careful']")
+    section.locator("summary").first.click()
+    section.locator("details.defaults > summary").click()
+    section.get_by_label("Recovery mode of file_write for careful").select_option("replay")
+    section.get_by_role("button", name="Save careful").click()
+    expect(page.locator("details.profile[data-agent='careful'] .confirm")).to_be_visible()
+
+
+@dataclass(frozen=True)
+class Visit:
+    name: str
+    path: str
+    roles: tuple[str, ...] = PEOPLE
+    status: int = 200
+    prepare: Callable[[Page], None] | None = None
+
+    def url(self, scenario: A11yScenario) -> str:
+        return self.path.format(**scenario.__dict__)
+
+
+PAGES: list[Visit] = [
+    Visit("sign-in", "/accounts/login/", roles=("anonymous",)),
+    *(Visit(f"board: {label}", f"/?state={key}") for key, label in TABS),
+    Visit("inbox", "/inbox/"),
+    Visit("task: live unknown-outcome card", "/tasks/{unknown_task}/"),
+    Visit("task: exhausted card", "/tasks/{exhausted_task}/"),
+    Visit("task: settled card", "/tasks/{settled_task}/"),
+    Visit("task: continuation waiting for an operator", "/tasks/{continuation_task}/"),
+    Visit("run", "/agents/{agent}/runs/{unknown_run}/"),
+    Visit("tool settings", "/settings/tools/", roles=("admin",)),
+    Visit("tool settings asking to confirm", "/settings/tools/", roles=("admin",), prepare=settings_asking_to_confirm),
+    Visit("tool settings refused", "/settings/tools/", roles=("viewer", "operator"), status=403),
+]
+
+
+def pages_for(role: str) -> list[Visit]:
+    return [v for v in PAGES if role in v.roles]
