@@ -10,7 +10,7 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpRespo
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from console import agent_settings, cards
 from console.live import last_event_id
@@ -427,6 +427,7 @@ def _settings_page(request, membership, *, focus: str = "", section=None, status
 
 
 @login_required
+@require_safe
 def settings_tools(request):
     membership = _settings_admin(request)
     focus = request.GET.get("agent", "")

@@ -70,10 +70,23 @@ def test_an_admin_confirms_http_post_to_replay_with_a_reason_and_another_agents_
     assert AgentProfile.objects.get(agent__name="careful").tool_modes == {}
     page.screenshot(path=SHOTS / "settings-saved.png", full_page=True)
 
+    # Reset, with another change of builder's form waiting on its confirmation: only http_post is reset,
+    # and the waiting choice stays on screen, unsaved.
+    builder.locator("details.defaults > summary").click()
+    builder.get_by_label("Recovery mode of bash for builder").select_option("replay")
+    builder.get_by_role("button", name="Save builder").click()
+    expect(builder.locator(".confirm")).to_contain_text("bash → replay")
+    builder.get_by_role("button", name="Reset to notify").click()
+    expect(builder.locator(".notice")).to_have_text("Saved builder: http_post: replay → notify.")
+    expect(builder.get_by_label("Recovery mode of bash for builder")).to_have_value("replay")
+    expect(builder.locator("tr[data-tool='bash'] .unsaved")).to_be_visible()
+    assert AgentProfile.objects.get(agent=agent).tool_modes == {}
+    expect(careful_read).to_have_value("notify")
+
     # A reload draws the saved history.
     page.reload()
     builder.locator("summary").first.click()
-    expect(builder.locator(".history-item").first).to_contain_text("the billing hook dedupes")
+    expect(builder.locator(".history-item").nth(1)).to_contain_text("the billing hook dedupes")
 
 
 def test_an_operator_sees_the_styled_refusal_with_the_reason_and_a_way_back(
