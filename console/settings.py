@@ -187,6 +187,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Operator API and runner API of the recovery console.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {"RecoveryModeEnum": "tasks.models.RecoveryMode"},
 }
 
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -416,8 +416,8 @@ SETTING_KINDS = ("tool_mode", "auto_resume")
 
 class AgentToolModeOut(serializers.Serializer):
     tool = serializers.CharField()
-    default = serializers.ChoiceField(choices=RecoveryMode.values)
-    mode = serializers.ChoiceField(choices=RecoveryMode.values)
+    default = serializers.ChoiceField(choices=RecoveryMode.choices)
+    mode = serializers.ChoiceField(choices=RecoveryMode.choices)
 
 
 # `from` is a Python keyword, so this one is built from a dict of its fields.
