@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from console import live
+from console import live, metrics
 from tasks.models import Event
 
 log = logging.getLogger("console.relay")
@@ -236,6 +236,7 @@ class Relay:
                         )
                 if renders[key]:
                     await consumer.push(renders[key], cursor)
+        metrics.observe_pushed(events)
 
 
 relay = Relay()

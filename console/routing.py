@@ -1,9 +1,11 @@
 from django.urls import path
 
 from console.consumers import BoardConsumer, RunConsumer, TaskConsumer
+from console.ops_live import WorkersConsumer
 
 websocket_urlpatterns = [
     path("ws/board/", BoardConsumer.as_asgi()),
     path("ws/tasks/<int:obj_id>/", TaskConsumer.as_asgi()),
     path("ws/runs/<int:obj_id>/", RunConsumer.as_asgi()),
+    path("ws/workers/", WorkersConsumer.as_asgi()),
 ]

@@ -80,6 +80,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.ops.header_alerts",
             ],
         },
     },
@@ -105,6 +106,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": os.environ.get("CONSOLE_SQLITE_TEST_NAME", str(VAR_DIR / "test.sqlite3")),
     }
 else:
+    # A database that does not answer fails a request (and /healthz) in seconds, not minutes.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
     test_name = os.environ.get("CONSOLE_PG_TEST_NAME")
     if test_name:
         DATABASES["default"]["TEST"] = {"NAME": test_name}
@@ -145,6 +148,8 @@ SECURE_HSTS_SECONDS = 31536000 if HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# A load balancer probes /healthz over plain http on the private side.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
@@ -167,7 +172,11 @@ CONSOLE_CHAIN_MAX_RUNS = 32
 # and how often a socket re-reads its user's access as a safety net.
 CONSOLE_RELAY_POLL_SECONDS = float(os.environ.get("CONSOLE_RELAY_POLL_SECONDS") or 0)
 CONSOLE_LIVE_RECHECK_SECONDS = float(os.environ.get("CONSOLE_LIVE_RECHECK_SECONDS") or 3)
-CONSOLE_CHECKPOINT_RETENTION_DAYS = 30
+CONSOLE_CHECKPOINT_RETENTION_DAYS = env_int("CONSOLE_CHECKPOINT_RETENTION_DAYS", 30)
+# A worker asked to stop (SIGTERM) finishes or abandons its current step within this many seconds.
+CONSOLE_WORKER_DRAIN_SECONDS = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECONDS") or 10)
+# A scrape token for /metrics (sent as `Authorization: Bearer <token>`); an admin's API token works too.
+CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import views
+from console import ops, views
 from recovery import api as recovery_api
 from tasks import api as tasks_api
 
@@ -46,6 +46,8 @@ api = [
     ),
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
     path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
+    path("workers/", ops.WorkersView.as_view(), name="api-workers"),
+    path("health/", ops.HealthView.as_view(), name="api-health"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
 
@@ -70,6 +72,9 @@ urlpatterns = [
     path("actions/<int:action_id>/cancel/", views.action_cancel, name="action-cancel"),
     path("settings/tools/", views.settings_tools, name="settings-tools"),
     path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
+    path("workers/", ops.workers_page, name="workers"),
+    path("healthz", ops.healthz, name="healthz"),
+    path("metrics", ops.metrics_view, name="metrics"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/", include(api)),

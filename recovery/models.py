@@ -134,3 +134,43 @@ class Repair(models.Model):
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+
+
+class SupervisorProcess(models.Model):
+    """One `manage.py supervise` process (or a `--once` caller): its cumulative pass counters.
+
+    Updated once per pass. The counters reset when the process restarts, like any
+    Prometheus counter of a restarted target; /metrics exports them per process.
+    """
+
+    label = models.CharField(max_length=200, unique=True)
+    interval = models.FloatField()
+    started_at = models.DateTimeField()
+    last_pass_at = models.DateTimeField()
+    last_duration = models.FloatField(default=0.0)
+    passes = models.PositiveBigIntegerField(default=0)
+    duration_sum = models.FloatField(default=0.0)
+    # Cumulative counts of passes per histogram bucket (upper bound in seconds -> count).
+    buckets = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["-last_pass_at"], name="supervisor_last_pass")]
+
+    def __str__(self):
+        return f"supervisor {self.label}"
+
+
+class SupervisorPass(models.Model):
+    """A supervisor pass that changed something: when, how long, what it did per organization.
+
+    `did` maps an organization id (as a string) to counts, e.g. {"3": {"interrupted": 1,
+    "continued": 1}}, so a page shows each organization only its own share.
+    """
+
+    supervisor = models.ForeignKey(SupervisorProcess, on_delete=models.CASCADE, related_name="recorded_passes")
+    started_at = models.DateTimeField()
+    duration = models.FloatField()
+    did = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["-started_at"], name="supervisor_pass_started")]

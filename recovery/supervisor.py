@@ -6,10 +6,13 @@ nothing more than one pass would.
 """
 
 import logging
+import time
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 
 from recovery import classify as c
 from recovery.actions import action_open, actions_settle
@@ -17,11 +20,14 @@ from recovery.continuations import continuation_create
 from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
+from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
+from recovery.retention import checkpoints_purge, retention
 from recovery.selectors import admission_facts, diagnose
 from tasks.batches import NESTED_BASE
 from tasks.errors import NotEligible
 from tasks.models import Run, RunStatus, effective_continuation
 from tasks.services import leases_expire
+from tasks.workers import instances_prune
 
 log = logging.getLogger("recovery.supervisor")
 
@@ -34,10 +40,12 @@ class PassReport:
     opened: list[int] = field(default_factory=list)
     settled: dict = field(default_factory=dict)
     admitted: list[int] = field(default_factory=list)
+    purged: list[int] = field(default_factory=list)
 
     def __bool__(self):
         return bool(
-            self.interrupted
+            self.purged
+            or self.interrupted
             or self.stopped
             or self.continued
             or self.opened
@@ -152,8 +160,25 @@ def recover_run(run: Run) -> tuple[str, int] | None:
         return "opened", action.pk
 
 
-def supervise_once() -> PassReport:
-    """Expire lapsed leases, recover what they left, settle actions."""
+def supervise_once(*, label: str = "", interval: float | None = None) -> PassReport:
+    """Expire lapsed leases, recover what they left, settle actions, purge expired checkpoints.
+
+    Each pass is counted for the supervisor process `label` (recovery/passes.py).
+    """
+    started_at, clock = timezone.now(), time.monotonic()
+    report = _pass()
+    interval = float(settings.CONSOLE_SUPERVISE_SECONDS if interval is None else interval)
+    pass_record(
+        label=label or default_label(),
+        interval=interval,
+        started_at=started_at,
+        duration=time.monotonic() - clock,
+        report=report,
+    )
+    return report
+
+
+def _pass() -> PassReport:
     report = PassReport()
     for run in leases_expire():
         (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
@@ -163,6 +188,10 @@ def supervise_once() -> PassReport:
             (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
     report.settled = actions_settle()
     report.admitted = messages_admit()
+    report.purged = checkpoints_purge()
+    now = timezone.now()
+    instances_prune(before=now - retention())
+    passes_prune(before=now - PASS_HISTORY)
     if report:
         log.info("supervisor pass: %s", report)
     return report

@@ -213,14 +213,22 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_epoch = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The holder's last lease renewal (a heartbeat is bookkeeping, not an Event).
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when retention purged the step payloads (args, results) of this run.
+    checkpoint_purged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["org", "status", "id"], name="run_org_status"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
+            # Retention looks only at runs whose checkpoint is still kept.
+            models.Index(
+                fields=["finished_at"], condition=Q(checkpoint_purged_at__isnull=True), name="run_checkpoint_kept"
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
@@ -382,3 +390,29 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["principal", "key"], name="idempotency_key_unique")]
+
+
+class WorkerInstance(models.Model):
+    """One process (or slot) of a worker identity, as seen by the runner API: its claims and heartbeats.
+
+    Written with one UPDATE per heartbeat and one upsert per claim (tasks/workers.py);
+    never an Event: being alive is bookkeeping, not a state change of any task.
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="worker_instances")
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="instances")
+    # The label the worker claims with (`<host>-<pid>-<slot>` for the reference worker).
+    instance = models.CharField(max_length=100)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    last_claim_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "-last_seen_at"], name="worker_instance_org_seen")]
+        constraints = [
+            models.UniqueConstraint(fields=["worker", "instance"], name="worker_instance_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.worker.name}/{self.instance}"

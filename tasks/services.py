@@ -36,6 +36,7 @@ from tasks.models import (
 from tasks.modes import mode_for
 from tasks.selectors import task_facts
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event
+from tasks.workers import instance_beat, instance_seen
 
 MAX_PLAN_STEPS = 10_000
 
@@ -190,6 +191,12 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
     admissible.
     """
     label = (label or "").strip()[:100] or worker.name
+    run = _claim(worker, label)
+    instance_seen(worker=worker, label=label, claimed=run is not None)
+    return run
+
+
+def _claim(worker: Worker, label: str) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
         with transaction.atomic():
@@ -270,8 +277,10 @@ def _held_run(*, worker: Worker, run_id: int, epoch) -> Run:
 def run_heartbeat(*, worker: Worker, run_id: int, epoch: int) -> Run:
     """Renew the lease of a running or stopping run. Renewal is bookkeeping, not an event."""
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
-    run.lease_expires_at = timezone.now() + lease_delta()
-    Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at)
+    now = timezone.now()
+    run.lease_expires_at = now + lease_delta()
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=run.lease_expires_at, last_heartbeat_at=now)
+    instance_beat(worker=worker, lease_owner=run.lease_owner, now=now)
     return run
 
 

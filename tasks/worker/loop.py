@@ -13,7 +13,9 @@ Two ways a run ends early:
 
 A shutdown (SIGTERM) lets the current step finish, then leaves the run without
 finishing it: its lease lapses and the supervisor continues it like any
-interrupted run (a worker going away is not a Stop).
+interrupted run (a worker going away is not a Stop). When the drain time runs
+out first, `abandon` is set: a long tool gives up at once and its step records
+no outcome, so it stays `dispatched` and recovery treats it by its mode.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ class RunExecutor:
         faults: Faults,
         heartbeat: Heartbeat,
         shutdown: threading.Event,
+        abandon: threading.Event | None = None,
     ) -> None:
         self.client = client
         self.claim = claim
@@ -193,6 +196,7 @@ class RunExecutor:
         self.faults = faults
         self.heartbeat = heartbeat
         self.shutdown = shutdown
+        self.abandon = abandon if abandon is not None else threading.Event()
         self.reused = _reused(claim)
         # Unfinished calls whose recovery mode drops them: the continuation skips them.
         self.dropped = {d["seq"] for d in claim.get("dropped") or [] if isinstance(d, Mapping) and "seq" in d}
@@ -311,6 +315,15 @@ class RunExecutor:
             # Cut short by Stop: no outcome is recorded, so the step stays
             # dispatched and recovery decides by its mode, as for any cut-off call.
             return self._finish(Outcome.STOPPED, detail=f"Stopped on request during step {seq} ({tool}).")
+        if interrupted and self.abandon.is_set():
+            # The drain time ran out: nothing is recorded, the step stays dispatched.
+            log.warning(
+                "run %s step %d %s: abandoned by the worker's shutdown; no outcome recorded, the lease will lapse",
+                self.run,
+                seq,
+                tool,
+            )
+            return Outcome.SHUTDOWN
 
         reply = self._complete(seq, ok, result, error)
         if ok:
@@ -477,7 +490,7 @@ class RunExecutor:
 
     def _run_tool(self, tool: str, args: dict) -> tuple[bool, Any, str | None, bool]:
         """(ok, result, error, interrupted). Any exception from a tool is a failed step."""
-        ctx = ToolContext(workspace=self.workspace or "", cancel=self.heartbeat.cancel)
+        ctx = ToolContext(workspace=self.workspace or "", cancel=self.heartbeat.cancel, abandon=self.abandon)
         try:
             result = run_tool(tool, args, ctx)
             json.dumps(result)  # a result that cannot be checkpointed is a failure, not a crash
@@ -520,6 +533,7 @@ def execute_run(
     interval: float,
     lease_seconds: float,
     shutdown: threading.Event,
+    abandon: threading.Event | None = None,
 ) -> Outcome:
     """Execute one claimed run with its own heartbeat thread."""
     log.info(
@@ -537,7 +551,9 @@ def execute_run(
     heartbeat = Heartbeat(client, claim["run"], claim["lease_epoch"], interval=interval, lease_seconds=lease_seconds)
     heartbeat.start()
     try:
-        return RunExecutor(client, claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown).execute()
+        return RunExecutor(
+            client, claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown, abandon=abandon
+        ).execute()
     finally:
         heartbeat.halt()
 
@@ -596,12 +612,14 @@ def run_forever(
     lease_seconds: float = 180.0,
     faults: Faults | None = None,
     shutdown: threading.Event | None = None,
+    abandon: threading.Event | None = None,
 ) -> int:
     """Run `concurrency` slots (threads), each claiming and executing runs one at a time.
 
     Slot i claims as `<label>-<i>`. With `once`, each slot claims at most one
     run and returns when there is none. Setting `shutdown` stops claiming and
-    ends each slot after its current step. Returns the number of runs claimed;
+    ends each slot after its current step; setting `abandon` as well cuts
+    that step's long tool short (the drain time is up). Returns the number of runs claimed;
     raises the RunnerError of a slot that could not claim for good (a rejected
     token; with `once`, any claim failure).
     """
@@ -619,6 +637,7 @@ def run_forever(
             interval=heartbeat_interval(heartbeat_seconds, lease_seconds),
             lease_seconds=lease_seconds,
             shutdown=shutdown,
+            abandon=abandon if abandon is not None else threading.Event(),
         )
         for i in range(1, concurrency + 1)
     ]

@@ -53,7 +53,11 @@ class ToolError(Exception):
 
 
 class ToolInterrupted(ToolError):
-    """The tool gave up because the run was asked to stop (or lost its lease)."""
+    """The tool gave up because the run was asked to stop (or lost its lease), or the worker's drain time ran out."""
+
+
+# How often a long tool looks at its context's events.
+WATCH_SECONDS = 0.1
 
 
 @dataclass
@@ -61,6 +65,9 @@ class ToolContext:
     workspace: str
     # Set when the run must stop; long waits (`sleep`) end early when it is.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Set when the worker is shutting down and its drain time is up: every long
+    # tool (`sleep`, `bash`) gives up at once, and its step records no outcome.
+    abandon: threading.Event = field(default_factory=threading.Event)
 
 
 # --- paths -------------------------------------------------------------------
@@ -272,12 +279,21 @@ def bash(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    started = time.monotonic()
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        proc.communicate()
-        raise ToolError(f"bash command timed out after {timeout:g} s") from None
+        while True:
+            # communicate() may be retried after a timeout without losing output.
+            left = timeout - (time.monotonic() - started)
+            try:
+                out, err = proc.communicate(timeout=max(0.0, min(left, WATCH_SECONDS)))
+                break
+            except subprocess.TimeoutExpired:
+                if ctx.abandon.is_set():
+                    raise ToolInterrupted(
+                        f"bash command abandoned after {time.monotonic() - started:.1f} s: the worker is shutting down"
+                    ) from None
+                if time.monotonic() - started >= timeout:
+                    raise ToolError(f"bash command timed out after {timeout:g} s") from None
     except BaseException:
         _kill_group(proc)
         proc.communicate()
@@ -343,8 +359,9 @@ def http_post(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
 def sleep(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     seconds = min(_number_arg(args, "seconds"), SLEEP_MAX)
     started = time.monotonic()
-    if ctx.cancel.wait(seconds):
-        raise ToolInterrupted(f"sleep interrupted after {time.monotonic() - started:.1f} of {seconds:g} s")
+    while (left := seconds - (time.monotonic() - started)) > 0:
+        if ctx.cancel.wait(min(left, WATCH_SECONDS)) or ctx.abandon.is_set():
+            raise ToolInterrupted(f"sleep interrupted after {time.monotonic() - started:.1f} of {seconds:g} s")
     return {}
 
 

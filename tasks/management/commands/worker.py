@@ -3,9 +3,12 @@
 Talks to the console only through the runner API at `CONSOLE_URL`, with the
 worker token `CONSOLE_WORKER_TOKEN`; it never touches the database.
 
-SIGTERM / SIGINT: stop claiming, let each slot's current step finish, stop
-heartbeating and exit (unfinished runs lapse and the supervisor continues
-them). A second signal exits at once.
+SIGTERM / SIGINT: stop claiming and drain: each slot's current step may finish
+within CONSOLE_WORKER_DRAIN_SECONDS (default 10); shortly before that a long
+tool still running (`sleep`, `bash`) is abandoned, recording no outcome, and at
+the drain time the process exits whatever is left. Unfinished runs keep their
+lease until it lapses; the supervisor then recovers each by its steps' modes.
+A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import logging
 import os
 import signal
 import threading
+import time
 from types import FrameType
 
+import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -36,6 +41,13 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=1, help="Runs executed at the same time (default 1).")
         parser.add_argument("--label", default="", help="Worker label (default <hostname>-<pid>); slots append -<n>.")
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between claims when nothing is queued.")
+        parser.add_argument(
+            "--wait-for-server",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="Wait up to this long for the console to answer before claiming (a web started alongside).",
+        )
 
     def handle(self, *args, **options) -> None:
         token = (settings.CONSOLE_WORKER_TOKEN or "").strip()
@@ -53,9 +65,11 @@ class Command(BaseCommand):
         if faults:
             log.warning("fault injection active: %s", os.environ.get("WORKER_FAULT"))
 
-        shutdown = threading.Event()
-        self._install_signal_handlers(shutdown)
+        shutdown, abandon = threading.Event(), threading.Event()
+        self._install_signal_handlers(shutdown, abandon, float(settings.CONSOLE_WORKER_DRAIN_SECONDS))
         label = options["label"].strip() or default_label()
+        if options["wait_for_server"] > 0:
+            _wait_for_server(settings.CONSOLE_URL, options["wait_for_server"], shutdown)
         log.info("worker %s: %d slot(s) against %s", label, options["concurrency"], settings.CONSOLE_URL)
         with RunnerClient(settings.CONSOLE_URL, token, timeout=30.0) as client:
             try:
@@ -69,19 +83,45 @@ class Command(BaseCommand):
                     lease_seconds=settings.CONSOLE_LEASE_SECONDS,
                     faults=faults,
                     shutdown=shutdown,
+                    abandon=abandon,
                 )
             except RunnerError as exc:
                 raise CommandError(f"The worker could not claim runs: {exc}") from exc
         log.info("worker %s: exiting after %d run(s)", label, runs)
 
     @staticmethod
-    def _install_signal_handlers(shutdown: threading.Event) -> None:
+    def _install_signal_handlers(shutdown: threading.Event, abandon: threading.Event, drain: float) -> None:
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
             if shutdown.is_set():
+                log.warning("%s again: exiting at once", name)
                 os._exit(128 + signum)
-            log.info("%s: finishing the current step(s), then exiting", signal.Signals(signum).name)
+            log.info("%s: draining — the current step(s) may finish within %g s, then the worker exits", name, drain)
             shutdown.set()
+            threading.Thread(target=_drain_deadline, args=(abandon, drain), name="drain", daemon=True).start()
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
+
+
+def _drain_deadline(abandon: threading.Event, drain: float) -> None:
+    """Abandon long tools a little before the drain time, then exit at it if anything still holds on."""
+    time.sleep(max(0.0, drain - min(1.0, drain / 4)))
+    log.warning("drain time almost up: abandoning unfinished steps (they record no outcome)")
+    abandon.set()
+    time.sleep(min(1.0, drain / 4))
+    log.error("drain time (%g s) is up: exiting without waiting for the rest", drain)
+    os._exit(1)
+
+
+def _wait_for_server(url: str, seconds: float, shutdown: threading.Event) -> None:
+    """Poll the console's /healthz until it answers (any status), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not shutdown.is_set() and time.monotonic() < deadline:
+        try:
+            httpx.get(url.rstrip("/") + "/healthz", timeout=1.0)
+            return
+        except httpx.HTTPError:
+            shutdown.wait(0.2)
+    log.warning("the console at %s did not answer within %g s; claiming anyway", url, seconds)

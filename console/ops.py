@@ -1,0 +1,267 @@
+"""Operations: the workers page, the header warnings, health and metrics (DESIGN §11).
+
+Heartbeats and supervisor passes are bookkeeping, not Events, so the relay never
+hears of them: the workers page re-renders on a timer over its own websocket
+(console/ops_live.py), and the header warnings are computed when a page is drawn.
+"""
+
+import hmac
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.db.models import Exists, OuterRef, Subquery
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
+from django.views.decorators.cache import never_cache
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from console import metrics
+from recovery.models import SupervisorProcess
+from recovery.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
+from tasks.api import BaseAPIView
+from tasks.auth import IsPerson
+from tasks.models import ApiToken, Membership, Organization, Role, Run, RunStatus, WorkerInstance
+from tasks.selectors import memberships_of, primary_membership
+from tasks.workers import LIST_WINDOW, worker_instances
+
+# --- the header warnings ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str  # supervisor_silent | supervisor_never | no_worker
+    at: datetime | None = None
+    interval: float = 0.0
+    org: str = ""
+    queued: int = 0
+
+
+def lease_period() -> timedelta:
+    return timedelta(seconds=settings.CONSOLE_LEASE_SECONDS)
+
+
+def alerts_for(user, *, now: datetime | None = None) -> list[Alert]:
+    """What the header warns about, for the user's organizations, in one query."""
+    org_ids = [m.org_id for m in memberships_of(user)]
+    if not org_ids:
+        return []
+    now = now or timezone.now()
+    last = SupervisorProcess.objects.order_by("-last_pass_at")
+    queued = Run.objects.filter(org=OuterRef("pk"), status=RunStatus.QUEUED)
+    rows = list(
+        Organization.objects.filter(pk__in=org_ids)
+        .annotate(
+            queued=Exists(queued),
+            seen=Subquery(
+                WorkerInstance.objects.filter(org=OuterRef("pk")).order_by("-last_seen_at").values("last_seen_at")[:1]
+            ),
+            last_pass=Subquery(last.values("last_pass_at")[:1]),
+            pass_interval=Subquery(last.values("interval")[:1]),
+        )
+        .order_by("name")
+        .values("name", "queued", "seen", "last_pass", "pass_interval")
+    )
+    alerts = []
+    if rows:
+        at, interval = rows[0]["last_pass"], rows[0]["pass_interval"]
+        expected = max(float(settings.CONSOLE_SUPERVISE_SECONDS), interval or 0.0)
+        if at is None:
+            alerts.append(Alert("supervisor_never", interval=expected))
+        elif not supervisor_alive(at, expected, now=now):
+            alerts.append(Alert("supervisor_silent", at=at, interval=expected))
+    for row in rows:
+        if row["queued"] and (row["seen"] is None or now - row["seen"] > lease_period()):
+            alerts.append(Alert("no_worker", at=row["seen"], org=row["name"]))
+    return alerts
+
+
+def header_alerts(request):
+    """Context processor: the header's warnings, computed only if a page draws them."""
+    user = getattr(request, "user", None)
+    return {"ops_alerts": SimpleLazyObject(lambda: alerts_for(user) if user is not None else [])}
+
+
+# --- the workers page and API --------------------------------------------------------
+
+
+def workers_context(user, *, now: datetime | None = None) -> dict:
+    now = now or timezone.now()
+    org_ids = [m.org_id for m in memberships_of(user)]
+    supervisors = list(SupervisorProcess.objects.filter(last_pass_at__gte=now - LIST_WINDOW).order_by("-last_pass_at"))
+    for s in supervisors:
+        s.alive = supervisor_alive(s.last_pass_at, expected_interval(s), now=now)
+    health = supervisor_health(now=now)
+    return {
+        "instances": worker_instances(user, now=now),
+        "supervisors": supervisors,
+        "supervisor": health,
+        "passes": recent_passes(org_ids),
+        "lease_seconds": settings.CONSOLE_LEASE_SECONDS,
+        "ops_alerts": alerts_for(user, now=now),
+        "now": now,
+    }
+
+
+def render_workers_body(user, *, request=None) -> str:
+    return render_to_string("console/workers.html#body", workers_context(user), request=request)
+
+
+def render_alerts(user, *, request=None) -> str:
+    return render_to_string("console/ops_alerts.html", {"ops_alerts": alerts_for(user), "user": user}, request=request)
+
+
+@login_required
+def workers_page(request):
+    if not memberships_of(request.user):
+        raise Http404("No organization.")
+    context = workers_context(request.user)
+    context.update(
+        {
+            "membership": primary_membership(request.user),
+            "nav": "workers",
+            "ws_path": "/ws/workers/",
+            "last_event": 0,
+        }
+    )
+    return render(request, "console/workers.html", context)
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+class WorkersView(BaseAPIView):
+    """`GET /api/workers/`: worker instances of the caller's organizations and the runs they hold."""
+
+    permission_classes = [IsPerson]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="workers_list")
+    def get(self, request):
+        rows = worker_instances(request.user)
+        results = [
+            {
+                "identity": row.identity,
+                "instance": row.instance.instance,
+                "org": row.instance.org.slug,
+                "alive": row.alive,
+                "first_seen_at": iso(row.instance.first_seen_at),
+                "last_seen_at": iso(row.instance.last_seen_at),
+                "last_claim_at": iso(row.instance.last_claim_at),
+                "last_heartbeat_at": iso(row.instance.last_heartbeat_at),
+                "runs": [
+                    {
+                        "id": r.pk,
+                        "status": r.status,
+                        "lease_expires_at": iso(r.lease_expires_at),
+                        "last_heartbeat_at": iso(r.last_heartbeat_at),
+                    }
+                    for r in row.runs
+                ],
+                "hidden_runs": row.hidden_runs,
+            }
+            for row in rows
+        ]
+        return Response({"results": results, "next": None})
+
+
+# --- health ----------------------------------------------------------------------------
+
+
+def database_ok() -> bool:
+    try:
+        connection.ensure_connection()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+        return True
+    except Exception:  # any failure to answer is "unavailable"; the reason is for the logs, not the prober
+        connection.close_if_unusable_or_obsolete()
+        return False
+
+
+@never_cache
+def healthz(request):
+    """200 when the database answers, 503 otherwise. No auth, no data: for load balancers."""
+    if database_ok():
+        return HttpResponse("ok\n", content_type="text/plain")
+    return HttpResponse("unavailable\n", status=503, content_type="text/plain")
+
+
+def relay_health() -> dict:
+    from console.relay import relay
+
+    task = relay.task
+    if task is None:
+        status = "idle"  # started by the first live page of this process
+    elif task.done():
+        status = "stopped"
+    else:
+        status = "running"
+    return {"status": status, "sockets": len(relay.consumers()), "last_event_id": relay.last_id}
+
+
+class HealthView(BaseAPIView):
+    """`GET /api/health/`: the database, the supervisor and this web process's event relay."""
+
+    permission_classes = [IsPerson]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="health")
+    def get(self, request):
+        db = database_ok()
+        health = supervisor_health()
+        return Response(
+            {
+                "database": "ok" if db else "unavailable",
+                "supervisor": {
+                    "last_pass_at": iso(health.last_pass_at),
+                    "alive": health.alive,
+                    "interval_seconds": health.interval,
+                },
+                "relay": relay_health(),
+            },
+            status=200 if db else 503,
+        )
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def metrics_scope(request) -> list[int] | None:
+    """The organizations a scrape may see: None for the scrape token (all), an admin's organizations
+    for an admin's API token. No credentials: 404 (the endpoint is not advertised); others: 403."""
+    header = request.headers.get("Authorization", "")
+    if not header.strip():
+        raise Http404("Not found.")
+    scheme, _, key = header.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() not in ("bearer", "token") or not key:
+        raise PermissionError
+    configured = settings.CONSOLE_METRICS_TOKEN
+    if configured and hmac.compare_digest(key.encode(), configured.encode()):
+        return None
+    token = ApiToken.objects.filter(digest=ApiToken.hash(key), user__is_active=True).only("user_id").first()
+    if token is None or token.user_id is None:
+        raise PermissionError
+    orgs = list(Membership.objects.filter(user_id=token.user_id, role=Role.ADMIN).values_list("org_id", flat=True))
+    if not orgs:
+        raise PermissionError
+    return orgs
+
+
+@never_cache
+def metrics_view(request):
+    try:
+        org_ids = metrics_scope(request)
+    except PermissionError:
+        detail = "This needs the metrics token or an admin's API token."
+        return JsonResponse({"code": "forbidden", "detail": detail}, status=403)
+    body, content_type = metrics.exposition_for(org_ids)
+    return HttpResponse(body, content_type=content_type)
