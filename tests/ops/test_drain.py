@@ -99,7 +99,11 @@ def test_a_step_that_finishes_within_the_drain_time_is_recorded_and_nothing_new_
 
 def test_a_long_bash_command_is_killed_within_the_drain_time_and_records_no_outcome(daphne_server, org, agent):
     task = task_create(
-        org=org, actor="t", title="bash", agent="builder", input=plan(("bash", {"command": "sleep 613", "timeout": 600}))
+        org=org,
+        actor="t",
+        title="bash",
+        agent="builder",
+        input=plan(("bash", {"command": "sleep 613", "timeout": 600})),
     )
     proc = start_worker(daphne_server, worker_token(org))
     run = Run.objects.get(task=task)
