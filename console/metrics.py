@@ -132,9 +132,10 @@ class DatabaseCollector:
         yield from (passes, durations, last, last_duration, alive)
 
 
-def exposition_for(org_ids: list[int] | None) -> tuple[bytes, str]:
-    """The Prometheus text of one scrape and its content type."""
+def exposition_for(org_ids: list[int] | None, accept: str = "") -> tuple[bytes, str]:
+    """One scrape in the format the scraper asked for (prometheus-client's negotiation; text 0.0.4 by default)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(org_ids))
     registry.register(PUSH_LATENCY)
-    return exposition.generate_latest(registry), exposition.CONTENT_TYPE_LATEST
+    encoder, content_type = exposition.choose_encoder(accept)
+    return encoder(registry), content_type

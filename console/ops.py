@@ -263,5 +263,5 @@ def metrics_view(request):
     except PermissionError:
         detail = "This needs the metrics token or an admin's API token."
         return JsonResponse({"code": "forbidden", "detail": detail}, status=403)
-    body, content_type = metrics.exposition_for(org_ids)
+    body, content_type = metrics.exposition_for(org_ids, request.headers.get("Accept", ""))
     return HttpResponse(body, content_type=content_type)

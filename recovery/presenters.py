@@ -172,6 +172,8 @@ def run_data(run: Run) -> dict:
         "lease_owner": run.lease_owner or None,
         "lease_epoch": run.lease_epoch,
         "lease_expires_at": iso(run.lease_expires_at),
+        "last_heartbeat_at": iso(run.last_heartbeat_at),
+        "checkpoint_purged_at": iso(run.checkpoint_purged_at),
         "created_at": iso(run.created_at),
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
