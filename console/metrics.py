@@ -22,10 +22,11 @@ from recovery.passes import DURATION_BUCKETS, expected_interval, supervisor_aliv
 from tasks.models import Run, RunStatus, WorkerInstance
 from tasks.workers import stale_after
 
-# Observed by the relay of this process (console/relay.py) for each event it pushes.
+# Observed by the relay of this process (console/relay.py) once per event, in the pass that dispatched it
+# (the relay tails events only while some live page is connected to this process).
 PUSH_LATENCY = Histogram(
     "console_event_push_latency_seconds",
-    "From an event's commit (Event.created_at) to this web process's relay pushing it to live pages.",
+    "From an event's commit (Event.created_at) to this web process's relay dispatching it to its live pages.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     registry=None,
 )

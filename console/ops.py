@@ -97,7 +97,7 @@ def workers_context(user, *, now: datetime | None = None) -> dict:
     org_ids = [m.org_id for m in memberships_of(user)]
     supervisors = list(SupervisorProcess.objects.filter(last_pass_at__gte=now - LIST_WINDOW).order_by("-last_pass_at"))
     for s in supervisors:
-        s.alive = supervisor_alive(s.last_pass_at, expected_interval(s), now=now)
+        s.alive = s.stopped_at is None and supervisor_alive(s.last_pass_at, expected_interval(s), now=now)
     health = supervisor_health(now=now)
     return {
         "instances": worker_instances(user, now=now),

@@ -22,6 +22,7 @@ from django.db import connection
 from recovery.actions import action_retry
 from recovery.followups import message_save
 from recovery.models import RecoveryAction
+from recovery.passes import default_label, supervisor_stopped
 from recovery.supervisor import supervise_once
 from tasks.accounts import agent_add, member_add, org_create, token_issue
 from tasks.models import Organization, Run, Task
@@ -279,6 +280,7 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
         action = RecoveryAction.objects.get(task=task, status="open")
         action_retry(action_id=action.pk, user=operator, version=action.version)
         say(task, "auto-resume off: an operator asked for a retry; the live worker picks it up")
+    supervisor_stopped(label=default_label())  # its passes ran in this process, which ends now
 
     task = task_create(
         org=org,

@@ -147,6 +147,8 @@ class SupervisorProcess(models.Model):
     interval = models.FloatField()
     started_at = models.DateTimeField()
     last_pass_at = models.DateTimeField()
+    # Set when the process stopped cleanly (SIGTERM, the end of the demo): not silent, just gone.
+    stopped_at = models.DateTimeField(null=True, blank=True)
     last_duration = models.FloatField(default=0.0)
     passes = models.PositiveBigIntegerField(default=0)
     duration_sum = models.FloatField(default=0.0)

@@ -71,6 +71,7 @@ def pass_record(*, label: str, interval: float, started_at: datetime, duration: 
     SupervisorProcess.objects.filter(pk=process.pk).update(
         interval=interval,
         last_pass_at=started_at,
+        stopped_at=None,
         last_duration=duration,
         passes=F("passes") + 1,
         duration_sum=F("duration_sum") + duration,
@@ -80,6 +81,11 @@ def pass_record(*, label: str, interval: float, started_at: datetime, duration: 
         SupervisorPass.objects.create(
             supervisor=process, started_at=started_at, duration=duration, did=did_by_org(report)
         )
+
+
+def supervisor_stopped(*, label: str) -> None:
+    """The supervisor process `label` stopped cleanly: the workers page shows it stopped, not silent."""
+    SupervisorProcess.objects.filter(label=label).update(stopped_at=timezone.now())
 
 
 def passes_prune(*, before: datetime) -> int:

@@ -4,7 +4,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from recovery.passes import default_label
+from recovery.passes import default_label, supervisor_stopped
 from recovery.supervisor import supervise_once
 
 
@@ -37,4 +37,5 @@ class Command(BaseCommand):
             deadline = time.monotonic() + interval
             while not stopping and time.monotonic() < deadline:
                 time.sleep(0.1)
+        supervisor_stopped(label=label)
         self.stdout.write(f"supervisor {label}: stopped")
