@@ -120,10 +120,11 @@ class Command(BaseCommand):
 
 def _drain_deadline(abandon: threading.Event, drain: float) -> None:
     """Abandon long tools a little before the drain time, then exit at it if anything still holds on."""
-    time.sleep(max(0.0, drain - min(1.0, drain / 4)))
+    grace = min(2.0, drain / 3)  # to unwind and exit once a tool gave up
+    time.sleep(max(0.0, drain - grace))
     log.warning("drain time almost up: abandoning unfinished steps (they record no outcome)")
     abandon.set()
-    time.sleep(min(1.0, drain / 4))
+    time.sleep(grace)
     log.error("drain time (%g s) is up: exiting without waiting for the rest", drain)
     os._exit(1)
 
