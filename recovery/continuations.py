@@ -61,8 +61,6 @@ def continuation_create(
         raise NotEligible(f"Run #{source.pk} is {source.status}; only an interrupted or stopped run is continued.")
     if source.recovery_disabled:
         raise NotEligible(f"Recovery is disabled for run #{source.pk}: {source.recovery_disabled}")
-    if source.checkpoint_purged_at is not None:
-        raise NotEligible(f"The checkpoint of run #{source.pk} was purged by retention.", reason="checkpoint_purged")
     steps = list(Step.objects.filter(run=source).order_by("seq"))
     diagnosis = diagnose(source, steps)
     if source.status == "failed":  # classify only speaks of interrupted/stopped runs

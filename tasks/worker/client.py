@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -89,10 +90,13 @@ class RunnerClient:
         retries: int = 4,
         backoff: float = 0.5,
         transport: httpx.BaseTransport | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
+        # Set when the worker shuts down: a claim is then not retried (nothing new is taken on).
+        self.stopping = stopping
         # httpx.Client is safe to share between the executor and heartbeat threads.
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -114,7 +118,7 @@ class RunnerClient:
 
     def claim(self, worker_label: str) -> dict | None:
         """Lease the next admissible run, or None (204) when there is none."""
-        return self._post("/api/runner/claim/", {"worker": worker_label})
+        return self._post("/api/runner/claim/", {"worker": worker_label}, give_up=self.stopping)
 
     def heartbeat(self, run: int, epoch: int) -> dict:
         return self._post(f"/api/runner/runs/{run}/heartbeat/", {"epoch": epoch}) or {}
@@ -169,7 +173,7 @@ class RunnerClient:
 
     # --- transport -------------------------------------------------------
 
-    def _post(self, path: str, body: dict) -> dict | None:
+    def _post(self, path: str, body: dict, give_up: threading.Event | None = None) -> dict | None:
         headers = {"Idempotency-Key": str(uuid.uuid4())}
         attempt = 0
         while True:
@@ -177,7 +181,7 @@ class RunnerClient:
             try:
                 response = self._http.post(path, json=body, headers=headers)
             except httpx.TransportError as exc:
-                if attempt > self.retries:
+                if attempt > self.retries or (give_up is not None and give_up.is_set()):
                     raise RunnerUnavailable(
                         0, {"code": "unavailable", "detail": f"{type(exc).__name__}: {exc}"}
                     ) from exc

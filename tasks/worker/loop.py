@@ -577,6 +577,8 @@ class _Slot:
             try:
                 claim = self.client.claim(self.label)
             except RunnerError as exc:
+                if self.shutdown.is_set():
+                    return  # shutting down: the failed claim took nothing
                 if exc.status in FATAL_STATUSES or self.once:
                     log.error("%s: claim failed: %s", self.label, exc)
                     self.fatal = exc

@@ -114,10 +114,10 @@ def test_classify_a_purged_checkpoint_explicitly():
         status="interrupted",
         plan={"steps": [{"tool": "file_write", "args": {}}]},
         steps=(c.StepFacts(1, "file_write", {}, "dispatched", "notify", dispatched_at=timezone.now()),),
-        checkpoint_purged_at=timezone.now(),
+        checkpoint_purged="Its saved checkpoints were purged (retention).",
     )
     diagnosis = c.classify(facts)
-    assert diagnosis.disposition == c.NEEDS_DECISION and diagnosis.steps == ()
+    assert diagnosis.disposition == c.NEEDS_DECISION
     assert [r.code for r in diagnosis.reasons] == ["checkpoint_purged"]
 
 

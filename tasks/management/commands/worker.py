@@ -72,7 +72,7 @@ class Command(BaseCommand):
         if options["wait_for_server"] > 0:
             _wait_for_server(settings.CONSOLE_URL, options["wait_for_server"], shutdown)
         log.info("worker %s: %d slot(s) against %s", label, options["concurrency"], settings.CONSOLE_URL)
-        with RunnerClient(settings.CONSOLE_URL, token, timeout=30.0) as client:
+        with RunnerClient(settings.CONSOLE_URL, token, timeout=30.0, stopping=shutdown) as client:
             try:
                 runs = run_forever(
                     client,
