@@ -93,6 +93,7 @@ PAGES: list[Visit] = [
     Visit("task: settled card", "/tasks/{settled_task}/"),
     Visit("task: continuation waiting for an operator", "/tasks/{continuation_task}/"),
     Visit("run", "/agents/{agent}/runs/{unknown_run}/"),
+    Visit("workers and supervisor", "/workers/"),
     Visit("tool settings", "/settings/tools/", roles=("admin",)),
     Visit("tool settings asking to confirm", "/settings/tools/", roles=("admin",), prepare=settings_asking_to_confirm),
     Visit("tool settings refused", "/settings/tools/", roles=("viewer", "operator"), status=403),
