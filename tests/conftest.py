@@ -10,6 +10,20 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: 1 if item.get_closest_marker("browser") else 0)
 
 
+@pytest.fixture(autouse=True)
+def fresh_workspaces(settings):
+    """Every test starts with an empty workspaces root: task ids repeat across rolled-back tests and
+    `--create-db` runs, and a task must never find another test's files in its directory."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(settings.CONSOLE_WORKSPACES)
+    if root.exists():
+        shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    yield
+
+
 @pytest.fixture
 def org(db):
     return make_org("acme")
