@@ -94,7 +94,8 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "can_admin": can_admin(user, task.org_id),
         "closed": closed,
         "run_live": run_live,
-        "can_continue": operate and not closed and not run_live and not live and bool(last),
+        # Offered only when it can go through: no live run, no action deciding, no gate holding the task.
+        "can_continue": operate and not closed and not run_live and not live and bool(last) and hold is None,
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
         "start_over": start_over_context(task, current) if operate else None,
@@ -204,21 +205,9 @@ def task_row_context(task: Task, user) -> dict:
     live = [a for a in actions if a.live]
     current = getattr(task, "current_run", None)
     state = presenter.task_state(task, current, actions)
-    lead = live[0] if live else None
-    why = ""
-    if lead is not None:
-        evidence = lead.evidence or {}
-        if lead.kind == ActionKind.UNKNOWN_OUTCOME and evidence.get("tool"):
-            why = f"Unknown outcome: {evidence['tool']}, step {lead.seq}."
-        else:
-            why = presenter.cause(lead.cause)
-    elif state == "stopping":
-        why = f"Run #{current.pk} is stopping."
-    elif state == "blocked":
-        if task.paused:
-            why = "Paused."
-        elif task.budget_exhausted:
-            why = f"Budget used up ({task.budget_used} of {task.budget_limit})."
+    waiting = [a for a in live if a.status in ("open", "exhausted")]
+    lead = (waiting or live or [None])[0]
+    why = presenter.row_why(task, state, lead, current)
     return {
         "task": task,
         "state": state,

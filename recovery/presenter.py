@@ -246,6 +246,33 @@ def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskVi
     return view
 
 
+def row_why(task, state: str, lead, current_run) -> str:
+    """The one line a board row gives for its state: why it waits, and on what."""
+    if lead is not None:
+        evidence = lead.evidence or {}
+        if lead.status == "exhausted":
+            return _exhaustion_words(lead)
+        if lead.kind == "unknown_outcome" and evidence.get("tool") and lead.status == "open":
+            return f"Unknown outcome: {evidence['tool']}, {step_where(lead.seq, evidence)}."
+        if lead.status == "open":
+            return cause(lead.cause)
+    if state == "stopping" and current_run is not None:
+        return f"Run #{current_run.pk} is stopping."
+    if state == "blocked":
+        if task.paused:
+            return "Paused."
+        if task.budget_exhausted:
+            return f"Budget used up ({task.budget_used} of {task.budget_limit})."
+        if getattr(task, "has_open_dependency", False):
+            return "Waits on a task that is not done."
+    if state == "idle" and current_run is not None:
+        if current_run.status == "stopped" and current_run.stop_reason == "stop":
+            return f"Stopped by {current_run.stop_requested_by or 'someone'}: waits for a follow-up."
+        ended = RUN_ENDED.get(current_run.status, current_run.status)
+        return f"Nothing is scheduled: run #{current_run.pk} ended ({ended})."
+    return ""
+
+
 def idle_line(last_run, *, hold=None) -> Line:
     """A task with nothing scheduled says why, and what moves it on (never nothing at all)."""
     if last_run.status == "stopped" and last_run.stop_reason == "stop":
