@@ -28,7 +28,17 @@ def action_context(
 ) -> dict:
     view = action_view_of(action, user=user, task_runs=task_runs)
     evidence = action.evidence or {}
+    workspace = action.kind in presenter.WORKSPACE_KINDS
+    agents = (
+        list(Agent.objects.filter(org_id=action.org_id).order_by("name").values_list("name", flat=True)[:200])
+        if workspace and "repair_task" in view.controls
+        else []
+    )
     return {
+        "is_workspace": workspace,
+        "return_owner": presenter.owner(action.return_owner),
+        "agents": agents,
+        "username": getattr(user, "username", ""),
         "action": action,
         "view": view,
         "reasons": evidence.get("reasons", []),
@@ -271,6 +281,46 @@ def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, o
     return render_to_string("console/cards/sections.html#chain", ctx, request=request)
 
 
+# --- workspaces ------------------------------------------------------------------------------
+
+
+def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
+    """The task page's workspace panel: every file with its status now, the hold, held copies, the last export."""
+    from recovery.workspaces import workspace_state
+
+    ctx = {"task": task, "view": presenter.workspace_view(workspace_state(task)), "oob": oob}
+    return render_to_string("console/cards/workspace.html#panel", ctx, request=request)
+
+
+def run_repair_action(run: Run) -> RecoveryAction | None:
+    """The live workspace_validation action a run page hosts: only for a failed run refused by validation."""
+    from tasks.models import WORKSPACE_VALIDATION_FAILED
+
+    if run.status != "failed" or run.error_code != WORKSPACE_VALIDATION_FAILED:
+        return None
+    return (
+        RecoveryAction.objects.filter(
+            task_id=run.task_id, kind=ActionKind.WORKSPACE_VALIDATION, status__in=LIVE_ACTION_STATUSES
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+def render_run_repair(run: Run, *, user, request=None, oob: bool = False) -> str:
+    """The repair controls on a run page, or an empty placeholder where they do not apply (so a push removes them)."""
+    from recovery.selectors import action_detail
+
+    live = run_repair_action(run)
+    card = ""
+    if live is not None:
+        action = action_detail(user, live.pk)
+        if action is not None:
+            card = render_action_card(action, user=user, request=request)
+    ctx = {"run": run, "card": card, "oob": oob}
+    return render_to_string("console/cards/workspace.html#run_repair", ctx, request=request)
+
+
 def task_page_parts(task_id: int, *, user, request=None) -> dict:
     """Every card of the task page, from saved state: used by the page and by a live resync."""
     task = task_detail(user, task_id)
@@ -282,4 +332,5 @@ def task_page_parts(task_id: int, *, user, request=None) -> dict:
         "messages_html": render_messages(task, user=user, request=request),
         "composer_html": render_composer(task, user=user, request=request),
         "chain_html": render_chain(task, task_runs, user=user, request=request),
+        "workspace_html": render_workspace(task, user=user, request=request),
     }

@@ -49,6 +49,8 @@ MESSAGE_EVENTS = frozenset(
     }
 )
 COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened"})
+# Events after which the files or the workspace's hold may differ (the panel reads the disk again).
+QUIET_FOR_WORKSPACE = frozenset({"step_planned", "step_dispatched", "run_claimed", "run_queued"})
 
 
 def parts_for(kinds: set[str]) -> set[str]:
@@ -65,6 +67,8 @@ def parts_for(kinds: set[str]) -> set[str]:
         parts.add("messages")
     if kinds & COMPOSER_EVENTS:
         parts.add("composer")
+    if any(k not in QUIET_FOR_WORKSPACE and not k.startswith("message") for k in kinds):
+        parts.add("workspace")
     return parts
 
 
@@ -129,6 +133,7 @@ def task_snapshot(user, task_id: int) -> str:
         + cards.render_actions(task, user=user, task_runs=task_runs, oob=True)
         + cards.render_messages(task, user=user, oob=True)
         + cards.render_chain(task, task_runs, user=user, oob=True)
+        + cards.render_workspace(task, user=user, oob=True)
     )
 
 
@@ -137,7 +142,10 @@ def run_snapshot(user, run_id: int) -> str:
     if run is None:
         return ""
     task_runs = cards.task_runs_of(run.task_id)
-    return cards.render_run_card(task_runs[run_id], task_runs, user=user, oob=True)
+    run = task_runs[run_id]
+    return cards.render_run_card(run, task_runs, user=user, oob=True) + cards.render_run_repair(
+        run, user=user, oob=True
+    )
 
 
 # --- updates (from the relay) --------------------------------------------------------
@@ -193,6 +201,8 @@ def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int
         out.append(cards.render_messages(task, user=viewer, oob=True))
     if "composer" in parts:
         out.append(cards.render_composer(task, user=viewer, oob=True))
+    if "workspace" in parts:
+        out.append(cards.render_workspace(task, user=viewer, oob=True))
     if task_runs is not None:
         for rid in sorted(run_ids - new_run_ids):
             if rid in task_runs:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST, require_safe
 from console import agent_settings, cards
 from console.live import last_event_id
 from recovery import actions as recovery_actions
-from recovery import controls, followups, presenter
+from recovery import controls, followups, presenter, repairs, workspaces
 from recovery.fresh import task_start_over as start_over
 from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import profile_update
@@ -150,6 +150,7 @@ def run_view(request, agent: str, run_id: int):
         {
             "run": run,
             "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
+            "repair_html": cards.render_run_repair(run, user=request.user, request=request),
             "diagnosis": ctx["diagnosis"],
             "diagnosis_line": ctx["diagnosis_line"],
             "continuation": ctx["continuation"],
@@ -245,6 +246,53 @@ def action_cancel(request, action_id: int):
     except ServiceError as exc:
         return _card_response(request, action_id, error=exc)
     return _card_response(request, action_id)
+
+
+@login_required
+@require_POST
+def action_repair(request, action_id: int):
+    """An admin's confirmed repair: the card comes back with its actual result (or the refusal, inside it)."""
+    _action_or_404(request, action_id)
+    try:
+        repairs.action_repair(
+            action_id=action_id,
+            user=request.user,
+            version=_version(request),
+            repair=request.POST.get("repair", ""),
+            run=_int(request.POST.get("run")),
+        )
+    except ServiceError as exc:
+        return _card_response(request, action_id, error=exc)
+    return _card_response(request, action_id)
+
+
+@login_required
+@require_POST
+def action_repair_task(request, action_id: int):
+    _action_or_404(request, action_id)
+    try:
+        repairs.action_repair_task(
+            action_id=action_id,
+            user=request.user,
+            agent=request.POST.get("agent", ""),
+            title=request.POST.get("title", ""),
+            return_owner=request.POST.get("return_owner", ""),
+        )
+    except ServiceError as exc:
+        return _card_response(request, action_id, error=exc)
+    return _card_response(request, action_id)
+
+
+@login_required
+def task_workspace(request, task_id: int):
+    """A held copy of a task's workspace, listed file by file (linked from the workspace panel)."""
+    task = _visible_task(request, task_id)
+    held = _int(request.GET.get("held"))
+    copy = workspaces.HeldCopy.objects.filter(task=task, pk=held).first() if held else None
+    if copy is None:
+        return redirect(f"/tasks/{task_id}/#workspace-{task_id}")
+    files = [{"row": f, "status_text": presenter.file_status(f.status)} for f in workspaces.held_listing(copy)]
+    return _page(request, "console/held.html", {"task": task, "copy": copy, "files": files, "nav": "board"})
 
 
 def _header_response(request, task_id: int, *, error: ServiceError | None = None, typed=None):

@@ -15,6 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from recovery import classify as c
+from recovery import workspaces
 from recovery.continuations import continuation_create
 from recovery.models import (
     LIVE_ACTION_STATUSES,
@@ -29,7 +30,7 @@ from recovery.transitions import ACTIONS
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
 from tasks.events import event_append
-from tasks.models import Role, Run
+from tasks.models import Role, Run, refused_at_admission
 from tasks.selectors import visible_tasks
 from tasks.services import actor_label, run_cancel_queued
 from tasks.transitions import Event
@@ -177,7 +178,10 @@ def _admit(
 ) -> RecoveryAttempt:
     """Create the attempt and its continuation; the action moves to `retrying` with one event.
 
-    `fields` are further columns of the action to set in the same move.
+    `fields` are further columns of the action to set in the same move. When the
+    workspace no longer matches its manifest, nothing is attempted: the refused
+    run and its workspace action are kept, and `WorkspaceHeld` is returned for
+    the caller to raise once this transaction has committed.
     """
     number = action.attempts + 1
     run = continuation_create(
@@ -188,6 +192,8 @@ def _admit(
         rerun=rerun,
         rerun_why="decided" if attempt_decision else "retry",
     )
+    if workspaces.refused(run):
+        return workspaces.refusal_of(run)
     now = timezone.now()
     attempt = RecoveryAttempt.objects.create(
         action=action,
@@ -215,7 +221,13 @@ def _admit(
     return attempt
 
 
-@transaction.atomic
+def _after_commit(result):
+    """Raise a workspace refusal only once the transaction that saved its evidence has committed."""
+    if isinstance(result, workspaces.WorkspaceHeld):
+        raise result
+    return result
+
+
 def action_retry(
     *, action_id: int, user, version, accept_duplicate_risk: bool = False, reason: str = ""
 ) -> RecoveryAttempt:
@@ -224,8 +236,19 @@ def action_retry(
     An exhausted action takes an admin granting one more attempt, with a reason
     (exhausted → retrying in the same step). An unknown outcome reruns the
     operation only with the duplicate risk accepted. Refused with the first
-    closed gate, a stale version, or no authority.
+    closed gate, a stale version, or no authority; `WorkspaceHeld` (409
+    gate_closed `workspace_hold`) when the workspace differs from its manifest —
+    raised after the refused run and its workspace action were saved.
     """
+    return _after_commit(
+        _action_retry(
+            action_id=action_id, user=user, version=version, accept_duplicate_risk=accept_duplicate_risk, reason=reason
+        )
+    )
+
+
+@transaction.atomic
+def _action_retry(*, action_id: int, user, version, accept_duplicate_risk: bool, reason: str):
     action = _locked(action_id, user)
     require_role(user, action.org_id, Role.OPERATOR)
     _check_version(action, version)
@@ -284,7 +307,6 @@ def _refuse_unrecoverable(action: RecoveryAction) -> None:
         )
 
 
-@transaction.atomic
 def action_decide(
     *, action_id: int, user, version, outcome: str, note: str = "", accept_duplicate_risk: bool = False
 ) -> RecoveryAction:
@@ -294,8 +316,23 @@ def action_decide(
     exists) and a continuation that does not run it again is admitted;
     not_performed: the step reruns in a continuation, refused unless the
     duplicate risk is accepted; unresolved: recorded (who, when, note) and the
-    action stays open for a decision later.
+    action stays open for a decision later. A continuation refused by workspace
+    validation records no decision (`WorkspaceHeld`, after its evidence committed).
     """
+    return _after_commit(
+        _action_decide(
+            action_id=action_id,
+            user=user,
+            version=version,
+            outcome=outcome,
+            note=note,
+            accept_duplicate_risk=accept_duplicate_risk,
+        )
+    )
+
+
+@transaction.atomic
+def _action_decide(*, action_id: int, user, version, outcome: str, note: str, accept_duplicate_risk: bool):
     action = _locked(action_id, user)
     require_role(user, action.org_id, Role.OPERATOR)
     _check_version(action, version)
@@ -328,10 +365,14 @@ def action_decide(
     common = {"kind": "action_decided", "payload": {"outcome": outcome, "note": note}, "note": note}
     if outcome == "performed":
         declared = {"performed": True, "decided_by": actor_label(user), "note": note, "at": now.isoformat()}
-        _admit(action, user=user, performed={action.seq: declared}, attempt_decision=outcome, **common, **decided)
+        done = _admit(
+            action, user=user, performed={action.seq: declared}, attempt_decision=outcome, **common, **decided
+        )
     else:
-        _admit(action, user=user, rerun={action.seq}, accepted=True, attempt_decision=outcome, **common, **decided)
-    return action
+        done = _admit(
+            action, user=user, rerun={action.seq}, accepted=True, attempt_decision=outcome, **common, **decided
+        )
+    return done if isinstance(done, workspaces.WorkspaceHeld) else action
 
 
 @transaction.atomic
@@ -380,12 +421,16 @@ def _stale_reason(action: RecoveryAction) -> str | None:
     if action.status == ActionStatus.RETRYING:
         return None  # its own continuation is the newer run; its start settles it
     if action.task.status in ("done", "cancelled"):
+        if action.kind == ActionKind.WORKSPACE_EXPORT and action.task.status == "done" and not action.task.closed_by:
+            return None  # done by its run's success, which is what it exports
         return f"the task was closed ({action.task.status})"
-    # Its own continuations (even refused ones) do not supersede it.
+    # Its own continuations (even refused ones) do not supersede it; nor does a run the workspace
+    # validation refused before it started.
     own = RecoveryAttempt.objects.filter(action=action, continuation_run__isnull=False).values("continuation_run")
     newer = (
         Run.objects.filter(task_id=action.task_id, pk__gt=action.run_id)
         .exclude(pk__in=own)
+        .exclude(refused_at_admission())
         .values_list("pk", flat=True)
         .first()
     )
@@ -464,7 +509,9 @@ def actions_settle(*, now=None) -> dict:
                 RecoveryAttempt.objects.filter(pk=attempt.pk).update(rejected_gate=hold.gate)
                 RecoveryAction.objects.filter(pk=action.pk).update(gate=hold.gate)
                 report["reopened"].append(action.pk)
-    for action in RecoveryAction.objects.filter(status=ActionStatus.OPEN).select_related("task"):
+    # Workspace actions wait for an admin's repair: there is no attempt to use up and no automatic path.
+    openings = RecoveryAction.objects.filter(status=ActionStatus.OPEN).exclude(kind__in=workspaces.WORKSPACE_KINDS)
+    for action in openings.select_related("task"):
         exhaustion = None
         if action.attempts >= action.max_attempts:
             exhaustion = "attempts_used"

@@ -5,7 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, fresh, selectors
+from recovery import actions, controls, followups, fresh, presenter, repairs, selectors, workspaces
 from recovery.modes import current_modes, mode_for
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services
@@ -171,13 +171,16 @@ class ActionRetryView(OperatorView):
         v = data.validated_data
 
         def handle():
-            attempt = actions.action_retry(
-                action_id=action_id,
-                user=request.user,
-                version=v["version"],
-                accept_duplicate_risk=v["accept_duplicate_risk"],
-                reason=v["reason"],
-            )
+            try:
+                attempt = actions.action_retry(
+                    action_id=action_id,
+                    user=request.user,
+                    version=v["version"],
+                    accept_duplicate_risk=v["accept_duplicate_risk"],
+                    reason=v["reason"],
+                )
+            except workspaces.WorkspaceHeld as held:
+                return _held(held)
             action = get_action(request.user, action_id)
             return Response({**attempt_data(attempt), "action": action_data(action)}, status=status.HTTP_202_ACCEPTED)
 
@@ -198,17 +201,25 @@ class ActionDecisionView(OperatorView):
         v = data.validated_data
 
         def handle():
-            actions.action_decide(
-                action_id=action_id,
-                user=request.user,
-                version=v["version"],
-                outcome=v["outcome"],
-                note=v["note"],
-                accept_duplicate_risk=v["accept_duplicate_risk"],
-            )
+            try:
+                actions.action_decide(
+                    action_id=action_id,
+                    user=request.user,
+                    version=v["version"],
+                    outcome=v["outcome"],
+                    note=v["note"],
+                    accept_duplicate_risk=v["accept_duplicate_risk"],
+                )
+            except workspaces.WorkspaceHeld as held:
+                return _held(held)
             return Response(action_data(get_action(request.user, action_id), with_gate=True))
 
         return idempotent(request, handle)
+
+
+def _held(held: workspaces.WorkspaceHeld) -> Response:
+    """A continuation refused by workspace validation: answered, not raised, so its saved evidence is kept."""
+    return Response(held.as_dict(), status=held.status_code)
 
 
 class ActionCancelView(OperatorView):
@@ -473,3 +484,152 @@ class AgentSettingsView(OperatorView):
             "history": [entry.as_api() for entry in history],
         }
         return Response(AgentSettingsOut(data).data)
+
+
+# --- workspaces (DESIGN §9) ---------------------------------------------------------------
+
+
+def repair_data(repair) -> dict:
+    return {
+        "id": repair.pk,
+        "repair": repair.repair,
+        "action": repair.action_id,
+        "requested_by": repair.requested_by.username if repair.requested_by else None,
+        "status": repair.status,
+        "result": repair.result,
+        "summary": presenter.plain(presenter.repair_line(repair)),
+        "created_at": repair.created_at.isoformat(),
+        "completed_at": repair.completed_at.isoformat() if repair.completed_at else None,
+    }
+
+
+class ActionRepairView(OperatorView):
+    class RepairInputSerializer(VersionIn):
+        repair = serializers.ChoiceField(choices=(repairs.RETRY_EXPORT, repairs.RECONCILE, repairs.REISSUE))
+        # The run the confirmation was about: a confirmation for another run is stale.
+        run = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
+
+    @extend_schema(request=RepairInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request, action_id: int):
+        get_action(request.user, action_id)
+        data = self.RepairInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            repair = repairs.action_repair(
+                action_id=action_id, user=request.user, version=v["version"], repair=v["repair"], run=v.get("run")
+            )
+            body = {**repair_data(repair), "action": action_data(get_action(request.user, action_id))}
+            return Response(body, status=status.HTTP_202_ACCEPTED)
+
+        return idempotent(request, handle)
+
+
+class ActionRepairTaskView(OperatorView):
+    class RepairTaskInputSerializer(serializers.Serializer):
+        agent = serializers.CharField(max_length=100)
+        title = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+        return_owner = serializers.CharField(required=False, allow_blank=True, default="", max_length=150)
+        input = serializers.JSONField(required=False)
+
+    @extend_schema(request=RepairTaskInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request, action_id: int):
+        get_action(request.user, action_id)
+        data = self.RepairTaskInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            task = repairs.action_repair_task(
+                action_id=action_id,
+                user=request.user,
+                agent=v["agent"],
+                title=v["title"],
+                return_owner=v["return_owner"],
+                input=v.get("input"),
+            )
+            return _task_response(request, task.pk, code=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)
+
+
+def _side(side: dict | None) -> dict | None:
+    if side is None:
+        return None
+    return {k: side[k] for k in ("size", "sha256", "mtime", "kind", "link") if k in side}
+
+
+def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
+    return {
+        "path": state.path,
+        "held": False,
+        "exists": state.exists,
+        "hold": (
+            {"action": state.hold.pk, "kind": state.hold.kind, "detail": workspaces.hold_of(state.hold).detail}
+            if state.hold
+            else None
+        ),
+        "files": [
+            {
+                "path": f.path,
+                "status": f.status,
+                "recorded": _side(f.recorded),
+                "actual": _side(f.actual),
+                "written_by": (
+                    {k: f.recorded.get(k) for k in ("run", "seq", "tool", "source")} if f.recorded else None
+                ),
+            }
+            for f in state.files
+        ],
+        "held_copies": [
+            {
+                "id": c.pk,
+                "path": c.path,
+                "reason": c.reason,
+                "repair": c.repair_id,
+                "created_at": c.created_at.isoformat(),
+                "url": f"/api/tasks/{task.pk}/workspace/?held={c.pk}",
+            }
+            for c in state.held_copies
+        ],
+        "export": (
+            {
+                "destination": state.export.destination,
+                "ok": state.export.ok,
+                "error": state.export.error or None,
+                "run": state.export.run_id,
+                "counts": (state.export.result or {}).get("counts"),
+                "at": state.export.created_at.isoformat(),
+            }
+            if state.export
+            else None
+        ),
+    }
+
+
+class TaskWorkspaceView(OperatorView):
+    @extend_schema(
+        parameters=[OpenApiParameter("held", int, description="List a held copy of the workspace instead.")],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request, task_id: int):
+        task = get_task(request.user, task_id)
+        held = request.query_params.get("held")
+        if held not in (None, ""):
+            if not held.isdigit() or len(held) > 18:
+                raise Invalid("`held` must be the id of a held copy.", field="held")
+            copy = workspaces.HeldCopy.objects.filter(task=task, pk=int(held)).first()
+            if copy is None:
+                raise NotFound(f"No held copy #{held} of task #{task_id}.")
+            files = workspaces.held_listing(copy)
+            return Response(
+                {
+                    "path": copy.path,
+                    "held": True,
+                    "reason": copy.reason,
+                    "kept": copy.files,
+                    "files": [{"path": f.path, "status": f.status, "actual": _side(f.actual)} for f in files],
+                }
+            )
+        return Response(workspace_data(task, workspaces.workspace_state(task)))

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery import classify as c
+from recovery import workspaces
 from recovery.selectors import diagnose, run_facts
 from tasks.batches import FOREACH
 from tasks.errors import NotEligible
@@ -51,7 +52,14 @@ def continuation_create(
     (a follow-up after a failure). Refused (`NotEligible`) for a corrupt
     checkpoint, a run whose recovery is disabled or unavailable (`reason`: its
     code), a run superseded by a fresh start, or an unknown outcome nobody
-    decided.
+    decided; refused (GateClosed `workspace_hold`) while a workspace action is live.
+
+    Before it is admitted the workspace is validated (recovery.workspaces): when
+    the disk differs from the manifest, the returned run is the refused one —
+    already `failed` with `workspace_validation_failed`, never started, with a
+    `workspace_validation` action listing each file — and nothing is continued
+    (check `workspaces.refused(run)`). A step a person declared performed has
+    the disk at its files taken as its effect.
     """
     performed = performed or {}
     rerun = set(rerun)
@@ -171,21 +179,26 @@ def continuation_create(
         elif item and s.seq not in rerun and verdict is not None and verdict.verdict == c.DROP:
             dropped.append({"seq": s.seq, "parent_seq": s.parent_seq, "tool": s.tool, "reason": verdict.detail})
 
+    carry = {
+        "dropped": dropped,
+        "reason": reason,
+        # Why each step runs again ("replay", "not_started", "retry", "decided", "follow-up"),
+        # and the steps a person declared performed: no saved result exists for those.
+        "rerun": [{"seq": seq, "why": why.get(seq, rerun_why)} for seq in reran],
+        "declared": declared,
+    }
+    found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, performed))
+    if found is not None:
+        return workspaces.refuse_continuation(source=source, actor=actor, reason=reason, carry=carry, found=found)
     run = run_enqueue(
         task=source.task,
         actor=actor,
         input=source.input,
         continues=source,
-        carry={
-            "dropped": dropped,
-            "reason": reason,
-            # Why each step runs again ("replay", "not_started", "retry", "decided", "follow-up"),
-            # and the steps a person declared performed: no saved result exists for those.
-            "rerun": [{"seq": seq, "why": why.get(seq, rerun_why)} for seq in reran],
-            "declared": declared,
-        },
+        carry=carry,
         payload={"reason": reason},
     )
+    workspaces.record_declared(source=source, steps=by_seq, performed=performed)
     now = timezone.now()
     copies = []
     for step, result in carried:

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery import classify as c
+from recovery import workspaces
 from recovery.actions import action_retire
 from recovery.continuations import continuation_create
 from recovery.gates import first_closed_gate
@@ -22,7 +23,18 @@ from tasks.authz import require_role
 from tasks.batches import NESTED_BASE
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
 from tasks.events import event_append
-from tasks.models import LIVE_RUN_STATUSES, Agent, Message, MessageStatus, Role, Run, RunStatus, Task, TaskStatus
+from tasks.models import (
+    LIVE_RUN_STATUSES,
+    Agent,
+    Message,
+    MessageStatus,
+    Role,
+    Run,
+    RunStatus,
+    Task,
+    TaskStatus,
+    refused_at_admission,
+)
 from tasks.selectors import visible_tasks
 from tasks.services import _request_stop, actor_label, run_cancel_queued, run_enqueue
 from tasks.transitions import MESSAGES, TASKS, Event
@@ -63,6 +75,7 @@ def _source_run(task: Task) -> Run | None:
     return (
         Run.objects.filter(task=task)
         .exclude(status=RunStatus.CANCELLED, started_at__isnull=True)
+        .exclude(refused_at_admission())
         .order_by("-id")
         .first()
     )
@@ -125,8 +138,12 @@ class Continued:
     action: int | None = None
     detail: str = ""
     seq: int | None = None
+    # Set when the workspace hold refused it (the refused run and its workspace action are kept).
+    held: GateClosed | None = None
 
-    def refusal(self) -> NeedsDecision:
+    def refusal(self) -> NeedsDecision | GateClosed:
+        if self.held is not None:
+            return self.held
         extra = {"action": self.action} | ({"seq": self.seq} if self.seq is not None else {})
         return NeedsDecision(self.detail, **extra)
 
@@ -143,6 +160,9 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     """
     task = _task(user, task_id, Role.OPERATOR)
     note = _reason(note)
+    held = workspaces.live_action(task.pk)
+    if held is not None:
+        raise workspaces.hold_error(held)
     live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
     if live is not None:
         return Continued(
@@ -200,6 +220,9 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
         rerun_why="retry",
         allow_final=True,
     )
+    if workspaces.refused(run):
+        held = workspaces.refusal_of(run)
+        return Continued(action=held.extra["action"], detail=held.detail, held=held)
     _event(task, "task_continued", user, run=run.pk, continues=source.pk, note=note)
     return Continued(run=run)
 
@@ -288,6 +311,10 @@ def task_close(*, user, task_id: int, resolution: str, reason: str) -> Task:
     )
     if undelivered:
         _event(task, "messages_not_delivered", user, messages=undelivered, reason="task closed")
+    if resolution == TaskStatus.DONE:
+        from recovery.repairs import repair_task_done
+
+        repair_task_done(task.pk, actor=user)
     task.refresh_from_db()
     return task
 

@@ -9,12 +9,13 @@ and the one-continuation-per-run key make a second admission impossible).
 
 from django.db import IntegrityError, transaction
 
+from recovery import workspaces
 from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction
 from tasks.authz import require_role
-from tasks.errors import Invalid, NotEligible, TaskClosed
+from tasks.errors import GateClosed, Invalid, NotEligible, TaskClosed
 from tasks.events import event_append
 from tasks.holds import task_hold
-from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task
+from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task, refused_at_admission
 from tasks.selectors import task_facts
 
 MAX_BODY = 20_000
@@ -25,6 +26,10 @@ def waiting_reason(task: Task) -> str:
     hold = task_hold(task_facts(task))
     if hold is not None:
         return f"Waiting: {hold.detail}"
+    held = workspaces.live_action(task.pk)
+    if held is not None:
+        hold = workspaces.hold_of(held)
+        return f"Waiting: workspace hold — {hold.detail} Lifted by {hold.lifted_by}."
     latest = Run.objects.filter(task=task).order_by("-id").first()
     if latest is not None and latest.status in LIVE_RUN_STATUSES:
         if latest.status == "stopping":
@@ -89,7 +94,7 @@ def messages_admit() -> list[int]:
     for task in Task.objects.filter(pk__in=list(task_ids)).select_related("agent"):
         reason = waiting_reason(task)
         if not reason:
-            source = Run.objects.filter(task=task).order_by("-id").first()
+            source = Run.objects.filter(task=task).exclude(refused_at_admission()).order_by("-id").first()
             try:
                 with transaction.atomic():
                     run = continuation_create(
@@ -100,9 +105,11 @@ def messages_admit() -> list[int]:
                         rerun_why="follow-up",
                         allow_final=True,
                     )
-                created.append(run.pk)
-                continue
-            except (NotEligible, IntegrityError) as exc:
+                if not workspaces.refused(run):
+                    created.append(run.pk)
+                    continue
+                reason = waiting_reason(task)  # the workspace hold the refusal opened
+            except (NotEligible, GateClosed, IntegrityError) as exc:
                 reason = _refusal_reason(task, exc)
         changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
         if changed.update(waiting_reason=reason):

@@ -21,12 +21,32 @@ class AdmissionFacts:
     attempts: int = 0
     max_attempts: int | None = None
     chain_length: int = 1
+    # A live workspace action of the task (its id and kind): it holds every continuation.
+    workspace_action: int | None = None
+    workspace_kind: str = ""
+
+
+def workspace_hold(action_id: int, kind: str) -> Hold:
+    """The workspace hold: what holds, and the admin's repair control that lifts it."""
+    if kind == "workspace_export":
+        return Hold(
+            "workspace_hold",
+            f"Recovery action #{action_id}: copying the workspace to its export destination failed.",
+            f"an admin, with Retry export on recovery action #{action_id}",
+        )
+    return Hold(
+        "workspace_hold",
+        f"Recovery action #{action_id}: the workspace differs from what its checkpoints recorded.",
+        f"an admin, with Reconcile or Isolated reissue on recovery action #{action_id}",
+    )
 
 
 def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
     hold = task_hold(facts.task)
     if hold is not None:
         return hold
+    if facts.workspace_action is not None:
+        return workspace_hold(facts.workspace_action, facts.workspace_kind)
     if facts.original_owner is not None and facts.current_owner != facts.original_owner:
         return Hold(
             "owner_changed",

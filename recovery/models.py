@@ -176,3 +176,40 @@ class SupervisorPass(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["-started_at"], name="supervisor_pass_started")]
+
+
+class HeldCopy(models.Model):
+    """A directory a repair kept instead of changing anything in it; never deleted, linked from the task.
+
+    `reason`: "reconcile" (copies of files held because a person and the plan
+    both change them), "reissue" (the whole old workspace, left where it was),
+    "export" (destination files that an export replaced, kept first).
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="held_copies")
+    repair = models.ForeignKey(Repair, null=True, blank=True, on_delete=models.SET_NULL, related_name="held_copies")
+    path = models.CharField(max_length=1000)
+    reason = models.CharField(max_length=16)
+    # [{"path", "sha256", "size", "why"}]: what was kept, and why.
+    files = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task_id", "id"]
+
+
+class Export(models.Model):
+    """One copy of a workspace to its task's export destination: after a run succeeded, or an admin's retry."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="exports")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="exports")
+    destination = models.CharField(max_length=1000)
+    ok = models.BooleanField()
+    error = models.TextField(blank=True)
+    # {"checked", "copied": [...], "unchanged": [...], "kept": [...], "skipped": [...]}
+    result = models.JSONField(default=dict)
+    repair = models.ForeignKey(Repair, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task_id", "id"]

@@ -58,6 +58,10 @@ def did_by_org(report) -> dict[str, dict[str, int]]:
             add([action_orgs[i] for i in ids if i in action_orgs], what)
     if report.admitted:
         add(Message.objects.filter(pk__in=report.admitted).values_list("org_id", flat=True), "messages_admitted")
+    if getattr(report, "exported", None):
+        from recovery.models import Export
+
+        add(Export.objects.filter(pk__in=report.exported).values_list("task__org_id", flat=True), "exported")
     return did
 
 

@@ -102,6 +102,9 @@ CAUSES = {
     "step_failed": "A step failed before the worker could finish the run.",
     "lease_lapsed": "The worker stopped renewing its lease, so the run was marked interrupted.",
     "needs_decision": "The run needs a person to decide how to continue.",
+    "workspace_validation_failed": "The workspace no longer matches what the checkpoints recorded, so the "
+    "continuation was not admitted: files changed, appeared or disappeared on disk after the steps that wrote them.",
+    "export_failed": "The run succeeded, but copying its workspace to the export destination failed.",
 }
 
 GATES = {
@@ -114,6 +117,7 @@ GATES = {
     "lease_live": "the original run still holds a live lease",
     "attempts_exhausted": "every attempt is used",
     "chain_exhausted": "the chain has reached its maximum length",
+    "workspace_hold": "workspace hold",
 }
 
 OWNERS = {"role:operator": "operators", "role:admin": "admins"}
@@ -137,6 +141,7 @@ def cause(code: str) -> str:
 
 
 def owner(value: str) -> str:
+    """`role:admin` → "admins", `user:ada` → "ada", `agent:fixer` → "fixer"."""
     if not value:
         return ""
     return OWNERS.get(value, value.split(":", 1)[-1])
@@ -227,6 +232,12 @@ def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskVi
             )
         elif state == "done" and last_run is not None and last_run.status == "succeeded":
             view.why = (f"Done: run #{last_run.pk} succeeded ", At(last_run.finished_at), ".")
+        export = next((a for a in actions if a.kind == "workspace_export" and a.live), None)
+        if state == "done" and export is not None:
+            view.why = (
+                *((view.why or ("Done", "."))[:-1]),
+                f"; exporting its workspace failed — recovery action #{export.pk} waits for an admin.",
+            )
     elif state == "stopping" and current_run is not None:
         view.why = stopping_line(current_run)
     elif state == "running" and current_run is not None:
@@ -303,6 +314,13 @@ class ActionView:
     attempts: str | None = None
     due: At | None = None
     controls: frozenset = frozenset()
+    # What each repair control will do, restated in its confirmation (workspace actions).
+    confirm: dict = field(default_factory=dict)
+    # The repair task and its return owner (workspace actions).
+    repair_task: Line | None = None
+    files: list = field(default_factory=list)
+    # The latest repair's files, each with what was done and its hashes before and after.
+    result_rows: list = field(default_factory=list)
 
     @property
     def next_text(self) -> str:
@@ -402,14 +420,21 @@ def action_view(
     run_hold=None,
     can_operate: bool = False,
     can_admin: bool = False,
+    repairs: list | tuple = (),
+    repair_task=None,
 ) -> ActionView:
     """Everything an action card (and the API's `next_action`) says.
 
     `attempts` are the action's attempts oldest first; `runs` maps the ids of
     their continuation runs to loaded runs; `gate` is the gate that would
     refuse an admission now (for a live action); `run_hold` a hold that keeps a
-    queued continuation from starting.
+    queued continuation from starting. A workspace action takes its `repairs`
+    (oldest first) and its `repair_task` (a loaded task, or None).
     """
+    if action.kind in WORKSPACE_KINDS:
+        return workspace_action_view(
+            action, repairs=list(repairs), repair_task=repair_task, can_admin=can_admin, can_operate=can_operate
+        )
     unknown = action.kind == "unknown_outcome"
     evidence = action.evidence or {}
     latest = attempts[-1] if attempts else None
@@ -710,3 +735,394 @@ def carried_lines(decisions, messages) -> list[Line]:
         state = {"delivered": "delivered", "admitted": "delivered when a worker starts it"}.get(m.status, m.status)
         lines.append((f"Carries a follow-up from {author} (", At(m.created_at), "): ", Said(body), f" — {state}."))
     return lines
+
+
+# --- workspaces (DESIGN §9) ----------------------------------------------------------------
+
+WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
+
+FILE_STATUS = {
+    "same": "unchanged",
+    "changed": "changed on disk",
+    "added": "added on disk",
+    "missing": "missing on disk",
+    "held": "held — not overwritten",
+}
+
+HELD_WHY = {
+    "plan_changes": "the remaining plan also changes it",
+    "older": "older than the recorded version",
+    "link": "a symbolic link — never followed",
+    "special": "not a regular file",
+}
+
+WRITERS = {
+    "step": "written by step {seq} of run #{run} ({tool})",
+    "decision": "step {seq} of run #{run} ({tool}), declared performed by a person",
+    "reconcile": "adopted from disk by a reconcile",
+}
+
+REPAIR_NAMES = {"reconcile": "Reconcile", "reissue": "Isolated reissue", "retry_export": "Retry export"}
+
+
+def _files(paths: list[str], limit: int = 4) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def file_status(status: str) -> str:
+    return FILE_STATUS.get(status, status)
+
+
+def writer(recorded: dict | None) -> str:
+    """Who wrote a recorded file, from its manifest row (as the API shows it)."""
+    if not recorded:
+        return "not in the manifest"
+    template = WRITERS.get(recorded.get("source") or "step", "")
+    if recorded.get("source") in (None, "step", "decision") and not recorded.get("seq"):
+        return "recorded"
+    return template.format(seq=recorded.get("seq"), run=recorded.get("run"), tool=recorded.get("tool") or "?")
+
+
+def held_note(item: dict) -> str:
+    why = item.get("reason", "")
+    if why == "plan_changes" and item.get("seqs"):
+        steps = " and ".join(f"step {s}" for s in item["seqs"])
+        return f"{steps} of the remaining plan also {'changes' if len(item['seqs']) == 1 else 'change'} it"
+    return HELD_WHY.get(why, why.replace("_", " "))
+
+
+def _would_hold(f: dict) -> bool:
+    actual = f.get("actual") or {}
+    return bool(f.get("plan")) or actual.get("kind") in ("link", "other")
+
+
+def repair_line(repair) -> Line:
+    """What a repair actually did (its saved result), never what was asked for."""
+    r = repair.result if isinstance(repair.result, dict) else {}
+    who = repair.requested_by.username if getattr(repair, "requested_by", None) else "someone"
+    head = (f"{REPAIR_NAMES.get(repair.repair, repair.repair)} by {who} ", At(repair.completed_at or repair.created_at))
+    n = r.get("counts") or {}
+    if repair.repair == "reconcile":
+        held = [h.get("path") for h in r.get("held", [])]
+        tail = (
+            f": {_count(n.get('checked', 0), 'file')} checked, {n.get('adopted', 0)} adopted into the manifest, "
+            f"{n.get('held', 0)} held"
+        )
+        if held:
+            tail += f" ({_files(held)}: listed, never overwritten; a copy is kept in {r.get('held_copy')})"
+        return (*head, tail + ". No file on disk was changed.")
+    if repair.repair == "reissue":
+        return (
+            *head,
+            f": {_count(n.get('rebuilt', 0), 'file')} rebuilt from recorded content into {r.get('workspace')}; "
+            f"the old directory {r.get('old_workspace')} is kept as it was, as a held copy "
+            f"({_count(n.get('kept', 0), 'difference')} kept in it).",
+        )
+    if r.get("ok"):
+        return (
+            *head,
+            f": {_count(n.get('copied', 0), 'file')} copied to {r.get('destination')}, {n.get('unchanged', 0)} "
+            f"unchanged, {n.get('kept', 0)} replaced after keeping a copy, {n.get('skipped', 0)} skipped "
+            "(links are never followed).",
+        )
+    return (*head, f": failed again — {r.get('error') or 'no detail'}")
+
+
+def repair_task_line(action, repair_task) -> Line | None:
+    if repair_task is None:
+        return None
+    back = owner(action.return_owner) or "its return owner"
+    if repair_task.status == "done":
+        return (f"Repair task #{repair_task.pk} ({repair_task.agent.name}) is done: this action is back with {back}.",)
+    if repair_task.status == "cancelled":
+        return (f"Repair task #{repair_task.pk} was cancelled: this action stays with {back}.",)
+    return (
+        f"Repair task #{repair_task.pk} is open, owned by {repair_task.agent.name}: when it is done this action "
+        f"returns to {back}.",
+    )
+
+
+def workspace_confirmations(action) -> dict:
+    """What each repair will do, restated before it is confirmed (from the evidence; the disk is read again)."""
+    e = action.evidence or {}
+    files = e.get("files") or []
+    if action.kind == "workspace_export":
+        return {
+            "retry_export": (
+                f"Retry export copies every file of {e.get('workspace') or 'the workspace'} to "
+                f"{e.get('destination') or 'the export destination'} again, for run #{action.run_id}. A file "
+                "already there with other content is first kept as a held copy, never lost; links are never "
+                "followed. Nothing in the workspace changes.",
+            )
+        }
+    hold = [f["path"] for f in files if _would_hold(f)]
+    adopt = [f["path"] for f in files if not _would_hold(f)]
+    reconcile = (
+        f"Reconcile reads the workspace again and, for run #{action.run_id}, adopts into the manifest the files "
+        f"only a person changed ({_files(adopt) or 'none'})"
+    )
+    reconcile += (
+        f"; it holds {_files(hold)}, which the remaining plan also changes (listed and copied, never overwritten)"
+        if hold
+        else ""
+    )
+    reconcile += ". No file on disk is changed or deleted; what changed since this card was drawn is in its result."
+    return {
+        "reconcile": (reconcile,),
+        "reissue": (
+            f"Isolated reissue builds a fresh directory from the manifest's recorded content, points the task at "
+            f"it, and keeps {e.get('workspace') or 'the current directory'} exactly as it is, as a held copy linked "
+            f"from the task. Run #{action.run_id}'s continuation then runs in the fresh directory; nothing is "
+            "deleted.",
+        ),
+    }
+
+
+@dataclass
+class FileView:
+    path: str
+    status: str
+    status_text: str
+    recorded: dict | None
+    actual: dict | None
+    writer: str
+    diff: str | None = None
+    note: str = ""
+
+    @property
+    def recorded_at(self) -> datetime | None:
+        return _moment((self.recorded or {}).get("mtime"))
+
+    @property
+    def actual_at(self) -> datetime | None:
+        return _moment((self.actual or {}).get("mtime"))
+
+
+def _moment(value) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def repair_rows(repair) -> list[dict]:
+    """The files of a repair's result: what was done to each, with the hash before and after."""
+    if repair is None or not isinstance(repair.result, dict):
+        return []
+    r = repair.result
+    rows = []
+
+    def sha(side) -> str | None:
+        return side.get("sha256") if isinstance(side, dict) else side
+
+    for a in r.get("adopted", []):
+        rows.append(
+            {
+                "path": a["path"],
+                "done": f"adopted ({file_status(a['status'])})",
+                "before": sha(a.get("before")),
+                "after": sha(a.get("after")),
+            }
+        )
+    for h in r.get("held", []):
+        rows.append(
+            {
+                "path": h["path"],
+                "done": f"held: {held_note(h)}",
+                "before": sha(h.get("before")),
+                "after": sha(h.get("after")),
+            }
+        )
+    for b in r.get("rebuilt", []):
+        rows.append(
+            {
+                "path": b["path"],
+                "done": "rebuilt from recorded content",
+                "before": b.get("before"),
+                "after": b.get("after"),
+            }
+        )
+    for x in r.get("copied", []):
+        rows.append({"path": x["path"], "done": "copied", "before": x.get("before"), "after": x.get("after")})
+    for x in r.get("kept", []):
+        rows.append(
+            {
+                "path": x["path"],
+                "done": f"kept first, in {x.get('copy')}",
+                "before": x.get("sha256"),
+                "after": x.get("sha256"),
+            }
+        )
+    for x in r.get("skipped", []):
+        rows.append(
+            {
+                "path": x["path"],
+                "done": "skipped: links and special files are never followed",
+                "before": None,
+                "after": None,
+            }
+        )
+    return rows
+
+
+def evidence_files(action) -> list[FileView]:
+    e = action.evidence or {}
+    out = []
+    notes = {
+        "not_kept": "no diff: the recorded content was not kept",
+        "binary_or_large": "no diff: not text under 64 KiB",
+        "link": "a symbolic link — never followed",
+    }
+    for f in e.get("files") or []:
+        plan = f.get("plan") or []
+        note = notes.get(f.get("diff_note"), "")
+        if plan:
+            steps = " and ".join(f"step {s}" for s in plan)
+            note = (note + "; " if note else "") + f"the remaining plan changes it ({steps})"
+        out.append(
+            FileView(
+                f["path"],
+                f["status"],
+                file_status(f["status"]),
+                f.get("recorded"),
+                f.get("actual"),
+                writer(f.get("recorded")),
+                f.get("diff"),
+                note,
+            )
+        )
+    return out
+
+
+def workspace_action_view(action, *, repairs: list, repair_task=None, can_admin: bool, can_operate: bool):
+    e = action.evidence or {}
+    validation = action.kind == "workspace_validation"
+    if validation:
+        n = sum((e.get("counts") or {}).values()) or len(e.get("files") or [])
+        title = f"Workspace changed — {_count(n, 'file differs', 'files differ')}"
+    else:
+        title = "Export failed"
+    view = ActionView(badge="", tone="", title=title, cause=cause(action.cause))
+    view.files = evidence_files(action) if validation else []
+    if not validation:
+        view.progress.append(
+            (f"Copying to {e.get('destination') or '?'} failed ", At(action.created_at), f": {e.get('error') or '?'}")
+        )
+    view.progress += [repair_line(r) for r in repairs]
+    view.repair_task = repair_task_line(action, repair_task)
+    last = repairs[-1] if repairs else None
+    view.result_rows = repair_rows(last)
+    status = action.status
+    if status in ("open", "exhausted"):
+        view.badge, view.tone = "Needs decision", "attention"
+        held = (
+            [h.get("path") for h in (last.result or {}).get("held", [])] if last and last.repair == "reconcile" else []
+        )
+        if repair_task is not None and repair_task.status not in ("done", "cancelled"):
+            view.next = (
+                f"Repair task #{repair_task.pk} works on it first; an admin may still confirm a repair once no run "
+                "writes in the workspace.",
+            )
+        elif held:
+            view.next = (
+                f"{_files(held)} {'is' if len(held) == 1 else 'are'} held: a person and the remaining plan both "
+                "change it. An admin may choose Isolated reissue (this directory is kept and linked), or put the "
+                "file back by hand and Reconcile again. Continuations and follow-ups wait (workspace hold).",
+            )
+        elif validation:
+            view.next = (
+                "An admin confirms a repair: Reconcile adopts what only a person changed; Isolated reissue continues "
+                "in a fresh copy of the recorded files and keeps this directory. Until then continuations and "
+                "follow-ups wait (workspace hold).",
+            )
+        else:
+            view.next = ("Fix what the error says, then an admin uses Retry export.",)
+        if can_admin:
+            view.controls = frozenset(
+                {"reconcile", "reissue", "repair_task"} if validation else {"retry_export", "repair_task"}
+            )
+            view.confirm = workspace_confirmations(action)
+    elif status == "resolved":
+        view.badge, view.tone = "Repaired", "done"
+        by = f" by {action.closed_by}" if action.closed_by else ""
+        effect = {
+            "reconciled": "the manifest now matches the disk; the workspace hold is lifted and the continuation "
+            "goes through normal admission",
+            "reissued": "the task continues in the fresh directory; the old one is kept as a held copy",
+            "exported": "the workspace is copied to its export destination",
+        }.get(action.resolution, action.resolution)
+        view.closed = (f"{action.resolution.capitalize()}{by} ", At(action.closed_at), f": {effect}.")
+    elif status == "retired":
+        view.badge, view.tone = "Retired", "muted"
+        view.closed = ("Retired ", At(action.closed_at), f": {action.resolution_note or 'no longer current'}.")
+    elif status == "cancelled":
+        view.badge, view.tone = "Cancelled", "muted"
+        by = f" by {action.closed_by}" if action.closed_by else ""
+        view.closed = (
+            f"Cancelled{by} ",
+            At(action.closed_at),
+            ". No file was changed; the next continuation validates the workspace again.",
+        )
+    return view
+
+
+@dataclass
+class WorkspaceView:
+    path: str
+    hold: Line | None
+    export: Line | None
+    files: list[FileView]
+    held_copies: list[dict]
+    empty: str = ""
+    counts: str = ""
+
+
+def workspace_view(state) -> WorkspaceView:
+    """The task page's workspace panel: every file with its status, the hold, held copies, the last export."""
+    from recovery.gates import workspace_hold
+
+    files = [
+        FileView(f.path, f.status, file_status(f.status), f.recorded, f.actual, writer(f.recorded)) for f in state.files
+    ]
+    hold = None
+    if state.hold is not None:
+        h = workspace_hold(state.hold.pk, state.hold.kind)
+        hold = (f"Workspace hold — {h.detail} Continuations and follow-ups wait; lifted by {h.lifted_by}.",)
+    export = None
+    if state.export is not None:
+        x = state.export
+        n = (x.result or {}).get("counts") or {}
+        if x.ok:
+            export = (
+                f"Exported to {x.destination} ",
+                At(x.created_at),
+                f": {n.get('copied', 0)} copied, {n.get('unchanged', 0)} unchanged.",
+            )
+        else:
+            export = (f"Export to {x.destination} failed ", At(x.created_at), f": {x.error}")
+    differ = sum(1 for f in state.files if f.status not in ("same",))
+    counts = f"{_count(len(state.files), 'file')}" + (f", {differ} differ from the manifest" if differ else "")
+    copies = [
+        {
+            "copy": c,
+            "text": {
+                "reissue": "The workspace before an isolated reissue, kept as it was",
+                "reconcile": "Files a reconcile held",
+                "export": "Destination files an export replaced, kept first",
+            }.get(c.reason, c.reason),
+        }
+        for c in state.held_copies
+    ]
+    empty = (
+        ""
+        if state.files
+        else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
+    )
+    return WorkspaceView(state.path, hold, export, files, copies, empty, counts)

@@ -21,7 +21,11 @@ def action_view_of(action, *, user=None, task_runs: dict | None = None) -> prese
 
     attempts = list(action.attempt_history.all())
     runs = {a.continuation_run_id: a.continuation_run for a in attempts if a.continuation_run_id}
-    gate = current_gate(action, task_runs=task_runs) if action.status in ("open", "exhausted") else None
+    workspace = action.kind in presenter.WORKSPACE_KINDS
+    # A workspace action is settled by a repair, not an admission: the admission gates do not apply to it.
+    gate = (
+        current_gate(action, task_runs=task_runs) if action.status in ("open", "exhausted") and not workspace else None
+    )
     run_hold = None
     if action.status == "retrying":
         latest = runs.get(attempts[-1].continuation_run_id) if attempts else None
@@ -35,7 +39,15 @@ def action_view_of(action, *, user=None, task_runs: dict | None = None) -> prese
         run_hold=run_hold,
         can_operate=bool(user) and can_operate(user, action.org_id),
         can_admin=bool(user) and can_admin(user, action.org_id),
+        repairs=sorted(action.repairs.all(), key=lambda r: r.pk) if workspace else (),
+        repair_task=_repair_task(action) if workspace else None,
     )
+
+
+def _repair_task(action):
+    if not action.repair_task_id:
+        return None
+    return Task.objects.select_related("agent").filter(pk=action.repair_task_id).first()
 
 
 def attempt_data(attempt) -> dict:
@@ -58,7 +70,7 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
     """`gate` is the gate that would refuse an admission now (live), else the last refusal saved."""
     gate = {"gate": action.gate, "detail": action.gate_detail} if action.gate else None
     view = action_view_of(action, user=user)
-    if with_gate and action.status in ("open", "exhausted"):
+    if with_gate and action.status in ("open", "exhausted") and action.kind not in presenter.WORKSPACE_KINDS:
         from recovery.selectors import current_gate
 
         hold = current_gate(action)
@@ -103,9 +115,11 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
                 "result": r.result,
                 "created_at": iso(r.created_at),
                 "completed_at": iso(r.completed_at),
+                "summary": presenter.plain(presenter.repair_line(r)),
             }
-            for r in action.repairs.all()
+            for r in sorted(action.repairs.all(), key=lambda r: r.pk)
         ],
+        "repair_task_status": _repair_task(action).status if action.repair_task_id else None,
     }
 
 

@@ -17,6 +17,7 @@ from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
 from tasks.worker.tools import TOOLS
 
 CLOSED = ("done", "cancelled")
+WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
 
 def _latest_run(field: str = "pk"):
@@ -188,6 +189,13 @@ def admission_facts(
         and source.lease_expires_at is not None
         and source.lease_expires_at > timezone.now()
     )
+    workspace = (
+        RecoveryAction.objects.filter(task_id=task.pk, kind__in=WORKSPACE_KINDS, status__in=LIVE_ACTION_STATUSES)
+        .exclude(pk=action.pk if action is not None else None)
+        .order_by("id")
+        .values_list("id", "kind")
+        .first()
+    )
     return AdmissionFacts(
         task=task_facts(task),
         current_owner=task.agent.name,
@@ -197,6 +205,8 @@ def admission_facts(
         attempts=action.attempts if action else 0,
         max_attempts=action.max_attempts if action else None,
         chain_length=len(chain_ids(source, task_runs)),
+        workspace_action=workspace[0] if workspace else None,
+        workspace_kind=workspace[1] if workspace else "",
     )
 
 

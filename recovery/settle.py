@@ -52,6 +52,11 @@ def on_run_started(run: Run) -> None:
 
 
 def on_run_ended(run: Run) -> None:
+    if run.status == RunStatus.SUCCEEDED:
+        from recovery.repairs import repair_task_done
+
+        # A repair task that succeeded hands its workspace action back to the return owner.
+        repair_task_done(run.task_id)
     attempt = _attempt_of(run)
     if attempt is None:
         return

@@ -15,8 +15,10 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from recovery import classify as c
+from recovery import workspaces
 from recovery.actions import action_open, actions_settle
 from recovery.continuations import continuation_create
+from recovery.exports import exports_run
 from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
@@ -24,7 +26,7 @@ from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_pru
 from recovery.retention import checkpoints_purge, retention
 from recovery.selectors import admission_facts, diagnose
 from tasks.batches import NESTED_BASE
-from tasks.errors import NotEligible
+from tasks.errors import GateClosed, NotEligible
 from tasks.models import Run, RunStatus, effective_continuation
 from tasks.services import leases_expire
 from tasks.workers import instances_prune
@@ -41,6 +43,7 @@ class PassReport:
     settled: dict = field(default_factory=dict)
     admitted: list[int] = field(default_factory=list)
     purged: list[int] = field(default_factory=list)
+    exported: list[int] = field(default_factory=list)
 
     def __bool__(self):
         return bool(
@@ -50,6 +53,7 @@ class PassReport:
             or self.continued
             or self.opened
             or self.admitted
+            or self.exported
             or any(self.settled.values())
         )
 
@@ -106,8 +110,11 @@ def recover_run(run: Run) -> tuple[str, int] | None:
             try:
                 with transaction.atomic():
                     cont = continuation_create(source=run, actor="supervisor", reason="automatic resume")
-            except (NotEligible, IntegrityError):
+            except (NotEligible, GateClosed, IntegrityError):
                 return None
+            if workspaces.refused(cont):
+                # The workspace differs from its manifest: the continuation was refused, an action lists why.
+                return "opened", workspaces.refusal_of(cont).extra["action"]
             return "continued", cont.pk
         evidence = {
             "disposition": diagnosis.disposition,
@@ -161,7 +168,8 @@ def recover_run(run: Run) -> tuple[str, int] | None:
 
 
 def supervise_once(*, label: str = "", interval: float | None = None) -> PassReport:
-    """Expire lapsed leases, recover what they left, settle actions, purge expired checkpoints.
+    """Expire lapsed leases, recover what they left, settle actions, admit follow-ups, export what succeeded,
+    purge expired checkpoints.
 
     Each pass is counted for the supervisor process `label` (recovery/passes.py).
     """
@@ -192,6 +200,7 @@ def _pass() -> PassReport:
     now = timezone.now()
     instances_prune(before=now - retention())
     passes_prune(before=now - PASS_HISTORY)
+    report.exported = exports_run()
     if report:
         log.info("supervisor pass: %s", report)
     return report

@@ -276,6 +276,13 @@ class StepCompleteView(RunnerView):
         error = serializers.CharField(required=False, allow_null=True, allow_blank=True, default="")
         usage = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
         result_too_large = serializers.BooleanField(required=False, default=False)
+        # Workspace-relative paths the step changed; the server reads them on disk itself.
+        files = serializers.ListField(
+            child=serializers.CharField(max_length=1000, trim_whitespace=False),
+            required=False,
+            allow_null=True,
+            max_length=10_000,
+        )
 
     @extend_schema(request=StepCompleteInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, run_id: int, seq: int):
@@ -294,6 +301,7 @@ class StepCompleteView(RunnerView):
                 error=v.get("error") or "",
                 usage=v.get("usage"),
                 result_too_large=v.get("result_too_large", False),
+                files=v.get("files"),
             )
             return Response({"seq": step.seq, "phase": step.phase, "stop_requested": stop})
 

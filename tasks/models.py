@@ -416,3 +416,46 @@ class WorkerInstance(models.Model):
 
     def __str__(self):
         return f"{self.worker.name}/{self.instance}"
+
+
+# A continuation refused at admission because the workspace no longer matches its manifest:
+# the run is created and ends `failed` with this code before any worker starts it.
+WORKSPACE_VALIDATION_FAILED = "workspace_validation_failed"
+
+
+def refused_at_admission() -> Q:
+    """Runs refused before they started (workspace validation): they continue nothing and supersede nothing."""
+    return Q(status=RunStatus.FAILED, started_at__isnull=True, error_code=WORKSPACE_VALIDATION_FAILED)
+
+
+class WorkspaceFile(models.Model):
+    """One file of a task's workspace manifest: what the checkpoints say is on disk.
+
+    Written in the transaction that completes the step that changed the file
+    (tasks.workspace.manifest_record), from what the server reads on disk, and
+    by an admin's repair (`source` says which). `kept` says whether the
+    content is kept in the workspace store, so it can be diffed and rebuilt.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="workspace_files")
+    path = models.CharField(max_length=1000)
+    size = models.BigIntegerField()
+    mtime_ns = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    kept = models.BooleanField(default=False)
+    # The step that wrote it (kept as numbers too: checkpoints are purged after 30 days).
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    run_id_seen = models.PositiveBigIntegerField(null=True, blank=True)
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    # "step" (a completed step), "decision" (a step a person declared performed), "reconcile" (adopted by an
+    # admin's repair).
+    source = models.CharField(max_length=16, default="step")
+    recorded_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["task_id", "path"]
+        constraints = [models.UniqueConstraint(fields=["task", "path"], name="workspace_file_one_per_path")]
+
+    def __str__(self):
+        return f"{self.path} of task #{self.task_id}"

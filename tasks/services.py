@@ -37,6 +37,7 @@ from tasks.modes import mode_for
 from tasks.selectors import task_facts
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event
 from tasks.workers import instance_beat, instance_seen
+from tasks.workspace import UnsafePath, clean_relpath, make_fresh_dir, manifest_record, step_paths
 
 MAX_PLAN_STEPS = 10_000
 
@@ -116,8 +117,8 @@ def task_create(
         private=bool(private),
         export_destination=export_destination or "",
     )
-    path = workspace_path(task)
-    path.mkdir(parents=True, exist_ok=True)
+    # A leftover directory of the same name (an earlier database) is never reused, nor deleted.
+    path = make_fresh_dir(workspace_path(task).parent, workspace_path(task).name)
     Task.objects.filter(pk=task.pk).update(workspace=str(path))
     task.workspace = str(path)
     event_append(org_id=org.pk, task_id=task.pk, kind="task_created", actor=actor, payload={"title": task.title})
@@ -388,8 +389,15 @@ def step_complete(
     error: str = "",
     usage=None,
     result_too_large: bool = False,
+    files=None,
 ) -> tuple[Step, bool]:
     """Record the outcome of a dispatched step; returns it and whether the run should stop.
+
+    The task's workspace manifest is updated in the same transaction, from what
+    the server reads on disk: a completed `file_write` / `file_edit` records its
+    file, `bash` (completed or failed) has the whole workspace scanned, and
+    `files` — workspace-relative paths the worker says the step changed — are
+    read and recorded too (an unsafe path is refused before anything is saved).
 
     `usage` (default 1) is added to the task's budget; reaching the limit asks
     the run to stop at this boundary. A result the worker could not send whole
@@ -399,6 +407,7 @@ def step_complete(
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
     if not isinstance(ok, bool):
         raise Invalid("`ok` must be true or false.", field="ok")
+    reported = _reported_files(files)
     step = Step.objects.filter(run=run, seq=seq).first()
     if step is None:
         raise NotFound(f"Run #{run.pk} has no step {seq}.")
@@ -436,6 +445,15 @@ def step_complete(
         )
     if usage:
         Task.objects.filter(pk=run.task_id).update(budget_used=F("budget_used") + usage, updated_at=timezone.now())
+    paths, scan_all = step_paths(step.tool, step.args)
+    if paths or scan_all or reported:
+        manifest_record(
+            task=Task.objects.select_related("org").get(pk=run.task_id),
+            step=step,
+            paths=paths if ok else [],
+            scan_all=scan_all,
+            forget_missing=reported,
+        )
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -448,6 +466,21 @@ def step_complete(
     if run.status == RunStatus.RUNNING and task.budget_exhausted:
         _request_stop(run, actor="system", reason="budget")
     return step, run.status == RunStatus.STOPPING
+
+
+MAX_REPORTED_FILES = 10_000
+
+
+def _reported_files(files) -> list[str]:
+    """The worker's `files`: workspace-relative paths; anything else is refused (nothing is saved)."""
+    if files is None:
+        return []
+    if not isinstance(files, list) or len(files) > MAX_REPORTED_FILES:
+        raise Invalid(f"`files` must be a list of at most {MAX_REPORTED_FILES} workspace paths.", field="files")
+    try:
+        return list(dict.fromkeys(clean_relpath(f) for f in files))
+    except UnsafePath as exc:
+        raise Invalid(f"`files` holds a path that is not inside the workspace: {exc}", field="files") from exc
 
 
 @transaction.atomic

@@ -130,7 +130,9 @@ RUNS = Machine(
     Run,
     {
         # queued → stopped: a person's Stop before any worker started it (the stop is verified).
-        R.QUEUED: frozenset({R.RUNNING, R.CANCELLED, R.STOPPED}),
+        # queued → failed: refused at admission, before any worker started it (the workspace
+        # no longer matches its manifest: `workspace_validation_failed`).
+        R.QUEUED: frozenset({R.RUNNING, R.CANCELLED, R.STOPPED, R.FAILED}),
         R.RUNNING: frozenset({R.SUCCEEDED, R.FAILED, R.STOPPING, R.INTERRUPTED}),
         # stopping → succeeded: every step had completed before the worker saw the stop.
         R.STOPPING: frozenset({R.STOPPED, R.SUCCEEDED}),

@@ -146,8 +146,11 @@ class RunnerClient:
         error: str | None = None,
         usage: int | None = None,
         result_too_large: bool = False,
+        files: list[str] | None = None,
     ) -> dict:
         body: dict[str, Any] = {"epoch": epoch, "ok": ok}
+        if files:
+            body["files"] = files
         if result is not None:
             # Refuse locally what the server would refuse: no point uploading it first.
             if _json_size(result) > MAX_RESULT_BYTES:

@@ -33,7 +33,7 @@ from typing import Any
 from tasks.batches import Batch, item_args, item_seq, parse_batch
 from tasks.worker.client import NotEligible, PayloadTooLarge, RunnerClient, RunnerError, StaleLease
 from tasks.worker.faults import Faults
-from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, run_tool
+from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool
 
 log = logging.getLogger("tasks.worker")
 
@@ -325,7 +325,7 @@ class RunExecutor:
             )
             return Outcome.SHUTDOWN
 
-        reply = self._complete(seq, ok, result, error)
+        reply = self._complete(seq, ok, result, error, files=changed_files(tool, args) if ok else None)
         if ok:
             log.info("run %s step %d %s: completed %s", self.run, seq, tool, _short(result))
         else:
@@ -503,14 +503,15 @@ class RunExecutor:
             return False, None, f"{type(exc).__name__}: {exc}", False
         return True, result, None, False
 
-    def _complete(self, seq: int, ok: bool, result: Any, error: str | None) -> dict:
+    def _complete(self, seq: int, ok: bool, result: Any, error: str | None, files: list[str] | None = None) -> dict:
         usage = _usage(result)
+        extra = {"files": files} if files else {}
         try:
-            return self.client.complete(self.run, self.epoch, seq, ok, result=result, error=error, usage=usage)
+            return self.client.complete(self.run, self.epoch, seq, ok, result=result, error=error, usage=usage, **extra)
         except PayloadTooLarge:
             log.warning("run %s step %d: result too large to checkpoint; completing without it", self.run, seq)
             return self.client.complete(
-                self.run, self.epoch, seq, ok, result=None, error=error, usage=usage, result_too_large=True
+                self.run, self.epoch, seq, ok, result=None, error=error, usage=usage, result_too_large=True, **extra
             )
 
     def _finish(self, outcome: Outcome, error_code: str | None = None, detail: str | None = None) -> Outcome:

@@ -481,6 +481,21 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+def changed_files(tool: str, args: Mapping[str, Any] | None) -> list[str]:
+    """The workspace files a completed call of `tool` wrote, reported with the step's completion.
+
+    The server reads each on disk itself to update the manifest (and scans the
+    whole workspace after `bash`, whose effects cannot be named in advance).
+    """
+    if tool in ("todo_add", "todo_done"):
+        return [TODO_FILE]
+    if tool in ("memory_store", "memory_update", "memory_delete"):
+        return [MEMORY_FILE]
+    if tool in ("file_write", "file_edit") and isinstance(args, Mapping) and isinstance(args.get("path"), str):
+        return [os.path.normpath(args["path"])]
+    return []
+
+
 def run_tool(tool: str, args: Mapping[str, Any] | None, ctx: ToolContext) -> dict:
     """Run one tool call; raises ToolError (or whatever the tool raised) on failure."""
     impl = TOOLS.get(tool)

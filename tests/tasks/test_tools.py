@@ -380,7 +380,7 @@ class FakeClient:
         self.calls.append(("dispatch", seq))
         return {"phase": "dispatched"}
 
-    def complete(self, run, epoch, seq, ok, result=None, error=None, usage=None, result_too_large=False):
+    def complete(self, run, epoch, seq, ok, result=None, error=None, usage=None, result_too_large=False, files=None):
         self._maybe_refuse("complete", seq)
         self.calls.append(("complete", seq, ok, result, error, usage, result_too_large))
         return {"phase": "completed" if ok else "failed", "stop_requested": self.stop_after == seq}

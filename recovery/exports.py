@@ -1,0 +1,198 @@
+"""Export (DESIGN §9): after a run succeeds, copy its task's workspace to the task's `export_destination`.
+
+A supervisor duty (`exports_run`), once per succeeded run; a failure opens a
+`workspace_export` action with the error, and an admin's Retry export
+(recovery/repairs.py) copies again once the cause is fixed.
+
+Nothing at the destination is lost: a file with the same content is left as
+it is; a file with other content is first kept as a held copy of the task,
+then replaced (written to a temporary file and renamed, so nobody reads half a
+file). Symbolic links are never followed, on either side: a link in the
+workspace is skipped and listed; a link or special file at the destination, or
+a destination path through a link, refuses the export.
+"""
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Subquery
+
+from recovery.models import ActionKind, Export, HeldCopy
+from tasks.events import event_append
+from tasks.models import Run, RunStatus, Task
+from tasks.workspace import copy_file, file_entry, make_fresh_dir, scan
+
+EXPORT_FAILED = "export_failed"
+
+
+class ExportError(Exception):
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
+def destination_problem(dest: str) -> str | None:
+    """Why `dest` cannot be an export destination, or None."""
+    if not isinstance(dest, str) or not dest.strip():
+        return "The task has no export destination."
+    if "\x00" in dest:
+        return "The export destination contains a NUL byte."
+    if not os.path.isabs(dest):
+        return f"The export destination must be an absolute path, not {dest!r}."
+    norm = os.path.normpath(dest)
+    if any(part == ".." for part in dest.split("/")):
+        return f"The export destination must not contain '..': {dest!r}."
+    workspaces = str(Path(settings.CONSOLE_WORKSPACES).resolve())
+    if os.path.commonpath([workspaces, norm]) == workspaces:
+        return f"The export destination {dest} is inside the workspaces directory; it would copy into itself."
+    # No component of the destination may be a symbolic link: it is written through, never followed.
+    path = "/"
+    for part in [p for p in norm.split("/") if p]:
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return f"The export destination passes through the symbolic link {path}, which is never followed."
+        if not os.path.exists(path):
+            break
+    return None
+
+
+def _held_dir(task: Task, what: str) -> Path:
+    base = Path(task.workspace).parent / f"task-{task.pk}.held"
+    return make_fresh_dir(base, what)
+
+
+def copy_workspace(task: Task, dest: str) -> dict:
+    """Copy every regular file of the task's workspace to `dest`; returns what happened, file by file.
+
+    Raises ExportError (with the result so far) on the first file it cannot copy.
+    """
+    problem = destination_problem(dest)
+    result = {
+        "destination": dest,
+        "workspace": task.workspace,
+        "checked": 0,
+        "copied": [],
+        "unchanged": [],
+        "kept": [],
+        "skipped": [],
+    }
+    if problem:
+        raise ExportError(problem, result)
+    files = scan(task.workspace, with_hash=True)
+    result["checked"] = len(files)
+    held: Path | None = None
+    held_files: list[dict] = []
+    try:
+        os.makedirs(dest, exist_ok=True)
+        if not os.path.isdir(dest) or os.path.islink(dest):
+            raise ExportError(f"The export destination {dest} is not a directory.", result)
+        for rel, entry in sorted(files.items()):
+            if entry.kind != "file":
+                result["skipped"].append({"path": rel, "why": entry.kind, "link": entry.link})
+                continue
+            there = file_entry(dest, rel)
+            if there is not None and there.kind != "file":
+                raise ExportError(
+                    f"{rel}: the destination holds a symbolic link or special file there; it is never followed "
+                    "or replaced.",
+                    result,
+                )
+            if there is not None and there.sha256 == entry.sha256:
+                result["unchanged"].append({"path": rel, "sha256": entry.sha256})
+                continue
+            if there is not None:
+                # Keep what the destination held before replacing it.
+                if held is None:
+                    held = _held_dir(task, "export")
+                copy_file(dest, rel, held, rel)
+                held_files.append({"path": rel, "sha256": there.sha256, "size": there.size, "why": "replaced"})
+                result["kept"].append({"path": rel, "sha256": there.sha256, "copy": str(held / rel)})
+            after = copy_file(task.workspace, rel, dest, rel)
+            check = file_entry(dest, rel)
+            if after != entry.sha256 or check is None or check.sha256 != entry.sha256:
+                raise ExportError(f"{rel}: the copy at the destination does not match the workspace.", result)
+            result["copied"].append(
+                {
+                    "path": rel,
+                    "size": entry.size,
+                    "before": there.sha256 if there else None,
+                    "after": check.sha256,
+                }
+            )
+    except OSError as exc:
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        raise ExportError(f"{exc.strerror or exc}{where}", result) from exc
+    finally:
+        if held is not None:
+            result["held_copy"] = str(held)
+            HeldCopy.objects.create(task=task, path=str(held), reason="export", files=held_files)
+    return result
+
+
+def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = True) -> Export:
+    """Copy the workspace to the task's destination and record the outcome, in the caller's transaction.
+
+    A failure records the error and (unless a repair is retrying) opens the
+    `workspace_export` action of the run with it.
+    """
+    from recovery.actions import action_open
+
+    dest = task.export_destination
+    try:
+        result = copy_workspace(task, dest)
+        ok, error = True, ""
+    except ExportError as exc:
+        result, ok, error = exc.result, False, str(exc)
+    counts = {k: len(result.get(k, [])) for k in ("copied", "unchanged", "kept", "skipped")}
+    result["counts"] = {"checked": result.get("checked", 0), **counts}
+    export = Export.objects.create(
+        task=task, run=run, destination=dest, ok=ok, error=error[:5000], result=result, repair=repair
+    )
+    event_append(
+        org_id=task.org_id,
+        task_id=task.pk,
+        run_id=run.pk,
+        kind="workspace_exported" if ok else "workspace_export_failed",
+        actor=actor,
+        payload={"export": export.pk, "destination": dest, "error": error[:500], **result["counts"]},
+    )
+    if not ok and open_action:
+        action_open(
+            run=Run.objects.select_related("task").get(pk=run.pk),
+            kind=ActionKind.WORKSPACE_EXPORT,
+            cause=EXPORT_FAILED,
+            evidence={"error": error, "destination": dest, "export": export.pk, **result},
+            recovery_owner="role:admin",
+            actor=actor,
+        )
+    return export
+
+
+def runs_to_export():
+    """Succeeded runs, the latest of their task, whose task has a destination and that were never exported."""
+    latest = Run.objects.filter(task=OuterRef("task")).order_by("-id").values("pk")[:1]
+    return (
+        Run.objects.filter(status=RunStatus.SUCCEEDED)
+        .exclude(task__export_destination="")
+        .filter(pk=Subquery(latest))
+        .exclude(Exists(Export.objects.filter(run=OuterRef("pk"))))
+        .order_by("id")
+    )
+
+
+def exports_run(limit: int = 20) -> list[int]:
+    """Supervisor duty: export each run that succeeded and was not exported yet; each in its own transaction."""
+    done = []
+    for run_id in list(runs_to_export().values_list("pk", flat=True)[:limit]):
+        with transaction.atomic():
+            qs = Run.objects.filter(pk=run_id)
+            if connection.features.has_select_for_update_skip_locked:
+                qs = qs.select_for_update(skip_locked=True, of=("self",))
+            run = qs.select_related("task__org").first()
+            if run is None or Export.objects.filter(run=run).exists():
+                continue
+            export = export_run(task=run.task, run=run, actor="supervisor")
+            done.append(export.pk)
+    return done

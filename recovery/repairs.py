@@ -1,0 +1,331 @@
+"""Workspace repairs (DESIGN §9): distinct admin paths, each bound to the exact action, run and version.
+
+- reconcile: read the disk again and adopt into the manifest what only a
+  person changed; a file the remaining plan also changes (or an older version,
+  a link, a special file) is *held*: a copy is kept, it is listed, and the
+  action stays open — the continuation waits for it;
+- reissue: a fresh directory rebuilt from the manifest's recorded content; the
+  old directory stays where it is, untouched, recorded as a held copy and
+  linked; the task continues in the fresh one;
+- retry_export: copy the workspace to the export destination again.
+
+Each records its actual result (files checked, adopted, held, rebuilt, copied,
+with hashes before and after) on a `Repair`, and the card shows that result.
+No repair deletes a file or overwrites content that is not also kept.
+Refused: without the admin role (403), a stale version or a confirmation for
+another run (409 stale_version), an action that is no longer live (409 with
+its reason), while any writer of the workspace holds a live lease (409
+gate_closed `lease_live`).
+
+A repair task (`action_repair_task`) is independent repair work: its own task,
+owned by a chosen agent, working in the same workspace; the action waits with
+that agent and returns to its return owner when the task is done.
+"""
+
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from recovery import workspace_diff as wd
+from recovery import workspaces as ws
+from recovery.actions import _check_version, _event, _locked, action_move
+from recovery.exports import export_run
+from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, HeldCopy, RecoveryAction, Repair
+from tasks import services
+from tasks.authz import require_role
+from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
+from tasks.events import event_append
+from tasks.models import Agent, Membership, Role, Task, WorkspaceFile
+from tasks.services import actor_label
+from tasks.workspace import copy_file, make_fresh_dir, manifest_record, store_has, store_path, write_file
+
+RECONCILE, REISSUE, RETRY_EXPORT = "reconcile", "reissue", "retry_export"
+REPAIRS_FOR = {
+    ActionKind.WORKSPACE_VALIDATION: (RECONCILE, REISSUE),
+    ActionKind.WORKSPACE_EXPORT: (RETRY_EXPORT,),
+}
+RESOLUTION = {RECONCILE: "reconciled", REISSUE: "reissued", RETRY_EXPORT: "exported"}
+
+
+def _side(entry: wd.Entry | None) -> dict | None:
+    return None if entry is None else {"sha256": entry.sha256, "size": entry.size}
+
+
+def _refuse_unless_live(action: RecoveryAction) -> None:
+    if action.status not in LIVE_ACTION_STATUSES:
+        why = action.resolution_note or action.resolution or action.status
+        raise NotEligible(
+            f"Action #{action.pk} is {action.status} ({why}); nothing was repaired.",
+            reason=action.status,
+            current_version=action.version,
+        )
+
+
+def _refuse_while_writing(action: RecoveryAction) -> None:
+    writer = ws.writer_runs_live(action.task)
+    if writer is not None:
+        raise GateClosed(
+            f"Run #{writer.pk} holds a live lease until {writer.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC and may "
+            "still write in this workspace; nothing was repaired.",
+            gate="lease_live",
+            run=writer.pk,
+            lifted_by="nobody: it ends when the worker finishes or its lease lapses",
+        )
+
+
+# --- the three repairs ------------------------------------------------------------------------
+
+
+def _reconcile(action: RecoveryAction, repair_id_hint: str) -> tuple[dict, bool, HeldCopy | None]:
+    task = action.task
+    diffs, _rows = ws.workspace_diffs(task)
+    source = action.run.continues or action.run
+    verdicts = wd.reconcile_plan(diffs, ws.remaining_steps(source))
+    by_path = {d.path: d for d in diffs}
+    adopted, held = [], []
+    held_dir: Path | None = None
+    held_files = []
+    for v in verdicts:
+        d = by_path[v.path]
+        if v.action == wd.ADOPT:
+            if d.status == wd.MISSING:
+                # Nothing on disk to read; the record goes (its content stays in the store when it was kept).
+                WorkspaceFile.objects.filter(task=task, path=d.path).delete()
+                after = None
+            else:
+                manifest_record(task=task, paths=[d.path], source="reconcile")
+                row = WorkspaceFile.objects.filter(task=task, path=d.path).first()
+                after = {"sha256": row.sha256, "size": row.size} if row else None
+            adopted.append({"path": d.path, "status": d.status, "before": _side(d.recorded), "after": after})
+            continue
+        item = {"path": d.path, "status": d.status, "reason": v.reason, "seqs": list(v.seqs)}
+        item["before"] = _side(d.recorded)
+        item["after"] = _side(d.actual) if d.actual is not None and d.actual.kind == "file" else None
+        if d.actual is not None and d.actual.kind == "link":
+            item["link"] = d.actual.link
+        if d.actual is not None and d.actual.kind == "file":
+            if held_dir is None:
+                held_dir = make_fresh_dir(Path(task.workspace).parent / f"task-{task.pk}.held", repair_id_hint)
+            copied = copy_file(task.workspace, d.path, held_dir, d.path)
+            item["copy"] = str(held_dir / d.path) if copied else None
+            held_files.append({"path": d.path, "sha256": copied, "size": d.actual.size, "why": v.reason})
+        held.append(item)
+    copy = None
+    if held_dir is not None:
+        copy = HeldCopy.objects.create(task=task, path=str(held_dir), reason="reconcile", files=held_files)
+    result = {
+        "workspace": task.workspace,
+        "checked": len(diffs),
+        "adopted": adopted,
+        "held": held,
+        "held_copy": str(held_dir) if held_dir else None,
+        "counts": {"checked": len(diffs), "adopted": len(adopted), "held": len(held)},
+    }
+    return result, not held, copy
+
+
+def _reissue(action: RecoveryAction, repair_id_hint: str) -> tuple[dict, bool, HeldCopy | None]:
+    task = action.task
+    slug = task.org.slug
+    rows = list(WorkspaceFile.objects.filter(task=task).order_by("path"))
+    lost = [r.path for r in rows if not r.kept or not store_has(slug, r.sha256)]
+    if lost:
+        shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        raise NotEligible(
+            f"Isolated reissue cannot rebuild {len(lost)} file(s) whose recorded content was not kept ({shown}); "
+            "nothing was changed. Reconcile instead, or restore them by hand.",
+            reason="content_not_kept",
+            files=lost[:100],
+        )
+    diffs, _ = ws.workspace_diffs(task)
+    old = task.workspace
+    fresh = make_fresh_dir(Path(old).parent, f"task-{task.pk}.reissue")
+    rebuilt = []
+    for row in rows:
+        with open(store_path(slug, row.sha256), "rb") as src:
+            after = write_file(fresh, row.path, src, mtime_ns=row.mtime_ns, exclusive=True)
+        if after != row.sha256:
+            raise NotEligible(f"{row.path}: the kept content no longer matches its hash; nothing was switched.")
+        rebuilt.append({"path": row.path, "before": row.sha256, "after": after, "size": row.size})
+    Task.objects.filter(pk=task.pk).update(workspace=str(fresh), updated_at=timezone.now())
+    kept = [
+        {"path": d.path, "status": d.status, "sha256": d.actual.sha256 if d.actual else None, "why": d.status}
+        for d in diffs
+        if d.status != wd.SAME
+    ]
+    copy = HeldCopy.objects.create(task=task, path=old, reason="reissue", files=kept)
+    task.workspace = str(fresh)
+    result = {
+        "workspace": str(fresh),
+        "old_workspace": old,
+        "checked": len(diffs),
+        "rebuilt": rebuilt,
+        "kept_differences": kept,
+        "held_copy": old,
+        "counts": {"checked": len(diffs), "rebuilt": len(rebuilt), "kept": len(kept)},
+    }
+    return result, True, copy
+
+
+def _retry_export(action: RecoveryAction, user) -> tuple[dict, bool, HeldCopy | None]:
+    export = export_run(task=action.task, run=action.run, actor=user, open_action=False)
+    result = {**export.result, "ok": export.ok, "error": export.error or None, "export": export.pk}
+    return result, export.ok, None
+
+
+# --- the service --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def action_repair(*, action_id: int, user, version, repair: str, run: int | None = None) -> Repair:
+    """Carry out one repair on a live workspace action (admin), and record its actual result.
+
+    A complete repair resolves the action (open → resolved) and lifts the
+    workspace hold; a reconcile that held files keeps it open (the result lists
+    them), and a retry export that failed again keeps it open with the new error.
+    """
+    action = _locked(action_id, user)
+    require_role(user, action.org_id, Role.ADMIN)
+    action = RecoveryAction.objects.select_related("task__org", "run__continues", "original_owner").get(pk=action.pk)
+    _refuse_unless_live(action)
+    _check_version(action, version)
+    if run is not None and run != action.run_id:
+        raise StaleVersion(
+            f"This confirmation was for run #{run}; recovery action #{action.pk} is about run #{action.run_id}.",
+            current_version=action.version,
+            status=action.status,
+        )
+    allowed = REPAIRS_FOR.get(action.kind, ())
+    if repair not in allowed:
+        raise Invalid(
+            f"A {action.kind.replace('_', ' ')} action takes {' or '.join(allowed) or 'no repair'}, not {repair!r}.",
+            field="repair",
+        )
+    _refuse_while_writing(action)
+    hint = f"{timezone.now():%Y%m%d-%H%M%S}-{repair}"
+    if repair == RECONCILE:
+        result, complete, copy = _reconcile(action, hint)
+    elif repair == REISSUE:
+        result, complete, copy = _reissue(action, hint)
+    else:
+        result, complete, copy = _retry_export(action, user)
+    now = timezone.now()
+    state = "done" if complete else ("held" if repair == RECONCILE else "failed")
+    row = Repair.objects.create(
+        action=action, repair=repair, requested_by=user, status=state, result=result, completed_at=now
+    )
+    if copy is not None:
+        HeldCopy.objects.filter(pk=copy.pk).update(repair=row)
+    payload = {"repair": row.pk, "name": repair, "counts": result.get("counts", {}), "outcome": state}
+    if complete:
+        action_move(
+            action,
+            ActionStatus.RESOLVED,
+            actor=user,
+            kind="action_resolved",
+            payload={**payload, "resolution": RESOLUTION[repair]},
+            resolution=RESOLUTION[repair],
+            resolution_note="",
+            closed_at=now,
+            closed_by=actor_label(user),
+            recovery_owner="",
+        )
+    else:
+        updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
+            version=F("version") + 1, updated_at=now
+        )
+        if updated != 1:
+            raise StaleVersion(f"Action #{action.pk} changed meanwhile.", current_version=action.version + 1)
+        e = _event(action, "action_repaired", user, status=action.status, **payload)
+        event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=user, payload=e.payload)
+    return row
+
+
+# --- repair task and return owner ---------------------------------------------------------------------
+
+
+def _return_owner(org_id: int, user, value: str) -> str:
+    value = (value or "").strip()
+    if not value:
+        return f"user:{actor_label(user)}"
+    if value == "role:admin":
+        return value
+    name = value.removeprefix("user:")
+    person = get_user_model().objects.filter(username=name).first()
+    if person is None or not Membership.objects.filter(user=person, org_id=org_id, role=Role.ADMIN).exists():
+        raise Invalid(
+            f"The return owner must be an admin of this organization (a username) or role:admin, not {value!r}.",
+            field="return_owner",
+        )
+    return f"user:{name}"
+
+
+@transaction.atomic
+def action_repair_task(
+    *, action_id: int, user, agent: str, title: str = "", return_owner: str = "", input: dict | None = None
+) -> Task:
+    """Open independent repair work as its own task (admin): owned by `agent`, in the same workspace.
+
+    The action waits with that agent (`recovery_owner` `agent:<name>`) and
+    returns to `return_owner` (default: the admin) when the repair task is done.
+    Refused for an action that is not a live workspace action, or that already
+    has an open repair task.
+    """
+    action = _locked(action_id, user)
+    require_role(user, action.org_id, Role.ADMIN)
+    action = RecoveryAction.objects.select_related("task__org", "repair_task").get(pk=action.pk)
+    _refuse_unless_live(action)
+    if action.kind not in REPAIRS_FOR:
+        raise NotEligible("Only a workspace action takes a repair task.", reason="not_workspace")
+    if action.repair_task is not None and action.repair_task.status not in ("done", "cancelled"):
+        raise NotEligible(
+            f"Repair task #{action.repair_task_id} is still open for this action.", repair_task=action.repair_task_id
+        )
+    if not isinstance(agent, str) or not Agent.objects.filter(org_id=action.org_id, name=agent).exists():
+        raise NotFound(f"No agent named {agent!r} in this organization.", field="agent")
+    owner = _return_owner(action.org_id, user, return_owner)
+    source = action.task
+    task = services.task_create(
+        org=source.org,
+        actor=user,
+        creator=user,
+        title=(title or "").strip() or f"Repair the workspace of task #{source.pk}",
+        agent=agent,
+        input=input if input is not None else {"steps": []},
+        private=source.private,
+    )
+    # The repair works on the files it repairs: the source task's workspace.
+    Task.objects.filter(pk=task.pk).update(workspace=source.workspace)
+    updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
+        repair_task=task,
+        return_owner=owner,
+        recovery_owner=f"agent:{agent}",
+        version=F("version") + 1,
+        updated_at=timezone.now(),
+    )
+    if updated != 1:
+        raise StaleVersion(f"Action #{action.pk} changed meanwhile.", current_version=action.version + 1)
+    e = _event(action, "action_repair_task_opened", user, repair_task=task.pk, agent=agent, return_owner=owner)
+    event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=user, payload=e.payload)
+    task.refresh_from_db()
+    return task
+
+
+def repair_task_done(task_id: int, *, actor="system") -> list[int]:
+    """The repair task is done: its live actions return to their return owner (in the caller's transaction)."""
+    returned = []
+    for action in RecoveryAction.objects.filter(repair_task_id=task_id, status__in=LIVE_ACTION_STATUSES):
+        if not action.return_owner or action.recovery_owner == action.return_owner:
+            continue
+        updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
+            recovery_owner=action.return_owner, version=F("version") + 1, updated_at=timezone.now()
+        )
+        if updated != 1:
+            continue
+        e = _event(action, "action_returned", actor, repair_task=task_id, return_owner=action.return_owner)
+        event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=actor, payload=e.payload)
+        returned.append(action.pk)
+    return returned
