@@ -147,6 +147,46 @@ def seed(*, stdout=None, credentials: Path | None = None) -> dict:
     return passwords
 
 
+def workspace_scenarios(make, work, settle, say) -> dict:
+    """A workspace that diverged after a crash, and an export that failed: each waits for an admin's repair."""
+    task = make(
+        "Draft the changelog",
+        "builder",
+        ("file_write", {"path": "CHANGELOG.md", "content": "# 1.4\n- sync is faster\n"}),
+        ("file_write", {"path": "notes.txt", "content": "internal notes\n"}),
+        ("sleep", {"seconds": 1}),
+        ("file_edit", {"path": "CHANGELOG.md", "old": "faster", "new": "twice as fast"}),
+    )
+    work("crash_after_dispatch:3@1")  # the worker dies in a step that is safe to replay...
+    workspace = Path(task.workspace)
+    # ...and before anything resumes, a person edits the files by hand.
+    with open(workspace / "CHANGELOG.md", "a") as fh:
+        fh.write("- login no longer times out\n")
+    (workspace / "RELEASE-DATE").write_text("2025-06-02\n")
+    settle(task)  # the automatic resume validates the workspace first: it differs, so nothing resumes
+    say(
+        task,
+        "files edited by hand after a crash: workspace validation failed; an admin reconciles "
+        "(RELEASE-DATE is adopted, CHANGELOG.md is held: step 4 edits it) or reissues",
+    )
+    diverged = task
+
+    blocker = Path(settings.VAR_DIR) / "demo-exports" / f"release-{secrets.token_hex(3)}"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("A file where the export directory should be: remove it, then Retry export.\n")
+    task = make(
+        "Publish the release bundle",
+        "builder",
+        ("file_write", {"path": "index.html", "content": "<h1>Release 1.4</h1>\n"}),
+        ("bash", {"command": "mkdir -p assets && echo 'body{}' > assets/site.css"}),
+        export_destination=str(blocker / "site"),
+    )
+    work()
+    settle(task)  # it succeeded; the supervisor's export finds a file where the directory should be
+    say(task, f"done, but its export failed: remove {blocker} and an admin uses Retry export")
+    return {"diverged": diverged, "export": task, "blocker": blocker}
+
+
 def run_scenarios(org: Organization, *, stdout=None) -> None:
     """Each task reaches its state the way production gets there; nothing is written by hand."""
     token = token_issue(worker="demo-worker", org=org)
@@ -158,8 +198,8 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
 
     with EmbeddedServer() as server:
 
-        def make(title: str, agent: str, *steps) -> Task:
-            return task_create(org=org, actor="demo", title=title, agent=agent, input=_plan(*steps))
+        def make(title: str, agent: str, *steps, **extra) -> Task:
+            return task_create(org=org, actor="demo", title=title, agent=agent, input=_plan(*steps), **extra)
 
         def work(fault: str = "") -> None:
             server.worker(token, fault=fault)
@@ -267,6 +307,9 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
         message_save(user=operator, task=task, body="Keep the old CSV parser; only the JSON path changes.")
         supervise_once()
         say(task, "stopped by a person, paused, a follow-up waits")
+
+        # Before the retry below queues a run that the live worker is left to pick up.
+        workspace_scenarios(make, work, settle, say)
 
         task = make(
             "Sync the CRM export",
