@@ -38,7 +38,8 @@ _orgs = itertools.count(1)
 
 
 def _text(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
+    # What a plan's `content` can carry in JSON on both databases (PostgreSQL's jsonb refuses \u0000).
+    return data.decode("utf-8", "replace").replace("\x00", "")
 
 
 def _apply(root: Path, edits, outside: Path) -> None:
