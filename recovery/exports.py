@@ -15,14 +15,13 @@ a destination path through a link, refuses the export.
 import os
 from pathlib import Path
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 
 from recovery.models import ActionKind, Export, HeldCopy
 from tasks.events import event_append
 from tasks.models import Run, RunStatus, Task
-from tasks.workspace import copy_file, file_entry, make_fresh_dir, scan
+from tasks.workspace import copy_file, destination_problem, file_entry, make_fresh_dir, scan
 
 EXPORT_FAILED = "export_failed"
 
@@ -31,31 +30,6 @@ class ExportError(Exception):
     def __init__(self, message: str, result: dict):
         super().__init__(message)
         self.result = result
-
-
-def destination_problem(dest: str) -> str | None:
-    """Why `dest` cannot be an export destination, or None."""
-    if not isinstance(dest, str) or not dest.strip():
-        return "The task has no export destination."
-    if "\x00" in dest:
-        return "The export destination contains a NUL byte."
-    if not os.path.isabs(dest):
-        return f"The export destination must be an absolute path, not {dest!r}."
-    norm = os.path.normpath(dest)
-    if any(part == ".." for part in dest.split("/")):
-        return f"The export destination must not contain '..': {dest!r}."
-    workspaces = str(Path(settings.CONSOLE_WORKSPACES).resolve())
-    if os.path.commonpath([workspaces, norm]) == workspaces:
-        return f"The export destination {dest} is inside the workspaces directory; it would copy into itself."
-    # No component of the destination may be a symbolic link: it is written through, never followed.
-    path = "/"
-    for part in [p for p in norm.split("/") if p]:
-        path = os.path.join(path, part)
-        if os.path.islink(path):
-            return f"The export destination passes through the symbolic link {path}, which is never followed."
-        if not os.path.exists(path):
-            break
-    return None
 
 
 def _held_dir(task: Task, what: str) -> Path:

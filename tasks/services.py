@@ -37,7 +37,14 @@ from tasks.modes import mode_for
 from tasks.selectors import task_facts
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event
 from tasks.workers import instance_beat, instance_seen
-from tasks.workspace import UnsafePath, clean_relpath, make_fresh_dir, manifest_record, step_paths
+from tasks.workspace import (
+    UnsafePath,
+    clean_relpath,
+    destination_problem,
+    make_fresh_dir,
+    manifest_record,
+    step_paths,
+)
 
 MAX_PLAN_STEPS = 10_000
 
@@ -107,6 +114,8 @@ def task_create(
             raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
     if budget_limit is not None and (not isinstance(budget_limit, int) or budget_limit < 0):
         raise Invalid("`budget_limit` must be a non-negative integer.", field="budget_limit")
+    if export_destination and (problem := destination_problem(export_destination)):
+        raise Invalid(problem, field="export_destination")
     task = Task.objects.create(
         org=org,
         title=title[:300],

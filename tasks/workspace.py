@@ -65,6 +65,35 @@ def clean_relpath(value) -> str:
     return norm
 
 
+def destination_problem(dest) -> str | None:
+    """Why `dest` cannot be an export destination, or None.
+
+    It must be an absolute path without `..`, outside the workspaces
+    directory, and pass through no symbolic link (it is written through,
+    never followed). Checked when a task is created and again at every export.
+    """
+    if not isinstance(dest, str) or not dest.strip():
+        return "The task has no export destination."
+    if "\x00" in dest:
+        return "The export destination contains a NUL byte."
+    if not os.path.isabs(dest):
+        return f"The export destination must be an absolute path, not {dest!r}."
+    if any(part == ".." for part in dest.split("/")):
+        return f"The export destination must not contain '..': {dest!r}."
+    norm = os.path.normpath(dest)
+    workspaces = str(Path(settings.CONSOLE_WORKSPACES).resolve())
+    if os.path.commonpath([workspaces, norm]) == workspaces:
+        return f"The export destination {dest} is inside the workspaces directory; it would copy into itself."
+    path = "/"
+    for part in [p for p in norm.split("/") if p]:
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return f"The export destination passes through the symbolic link {path}, which is never followed."
+        if not os.path.exists(path):
+            break
+    return None
+
+
 # --- opening without following links -------------------------------------------------------
 
 

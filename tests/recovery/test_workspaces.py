@@ -541,3 +541,19 @@ def test_a_new_task_never_reuses_a_leftover_directory(org, agent, settings):
     second = e.start(org, [("sleep", {"seconds": 0})])
     assert second.pk == nxt.pk and Path(second.workspace) != leftover
     assert os.listdir(second.workspace) == [] and (leftover / "stale.txt").exists()
+
+
+def test_an_unsafe_export_destination_is_refused_when_the_task_is_created(org, agent, api, tmp_path, settings):
+    (tmp_path / "via").symlink_to(tmp_path)
+    inside = str(Path(settings.CONSOLE_WORKSPACES).resolve() / "acme" / "x")
+    for dest in ("relative/out", "/tmp/../etc", str(tmp_path / "via" / "out"), inside, "/tmp/a\x00b"):
+        body = {"title": "t", "agent": "builder", "input": {"steps": []}, "export_destination": dest}
+        r = api.post("/api/tasks/", body, format="json")
+        assert r.status_code == 400, (dest, r.content)
+    assert not Task.objects.exists()
+    ok = api.post(
+        "/api/tasks/",
+        {"title": "t", "agent": "builder", "input": {"steps": []}, "export_destination": str(tmp_path / "out")},
+        format="json",
+    )
+    assert ok.status_code == 201 and ok.json()["export_destination"] == str(tmp_path / "out")
