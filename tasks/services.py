@@ -114,7 +114,7 @@ def task_create(
             raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
     if budget_limit is not None and (not isinstance(budget_limit, int) or budget_limit < 0):
         raise Invalid("`budget_limit` must be a non-negative integer.", field="budget_limit")
-    if export_destination and (problem := destination_problem(export_destination)):
+    if export_destination and (problem := destination_problem(export_destination, exporting=False)):
         raise Invalid(problem, field="export_destination")
     task = Task.objects.create(
         org=org,

@@ -65,17 +65,29 @@ def clean_relpath(value) -> str:
     return norm
 
 
-def destination_problem(dest) -> str | None:
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def destination_problem(dest, *, exporting: bool = True) -> str | None:
     """Why `dest` cannot be an export destination, or None.
 
-    It must be an absolute path without `..`, outside the workspaces
-    directory, and pass through no symbolic link (it is written through,
+    A local destination must be an absolute path without `..`, outside the
+    workspaces directory, through no symbolic link (it is written through,
     never followed). Checked when a task is created and again at every export.
+    A URL (`s3://…`) may be saved with a task; this console exports to local
+    (or mounted) directories only, so exporting to one fails and says so.
     """
     if not isinstance(dest, str) or not dest.strip():
         return "The task has no export destination."
     if "\x00" in dest:
         return "The export destination contains a NUL byte."
+    if URL_RE.match(dest):
+        if not exporting:
+            return None
+        return (
+            f"The export destination {dest} is not a local directory: this console exports to local (or mounted) "
+            "directories only."
+        )
     if not os.path.isabs(dest):
         return f"The export destination must be an absolute path, not {dest!r}."
     if any(part == ".." for part in dest.split("/")):
