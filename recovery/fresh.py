@@ -21,6 +21,7 @@ from django.utils import timezone
 from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.transitions import ACTIONS
+from recovery.workspaces import live_action
 from tasks.authz import require_role
 from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, NotEligible, NotFound
@@ -82,7 +83,8 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
 
     Needs the operator role (404 for a task the user cannot see). Refused with
     409 `gate_closed` while a gate holds the task (closed, paused, budget,
-    dependency) or a run of it still holds a live lease (`lease_live`); with
+    dependency, a live workspace action: `workspace_hold`) or a run of it
+    still holds a live lease (`lease_live`); with
     `not_eligible` (`reason: run_live`) while another run of it is queued or
     running; and with `not_eligible` (`reason: duplicate_risk_not_accepted`,
     `steps`) when earlier runs dispatched notify-mode steps and the risk of
@@ -103,12 +105,17 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
         and live.lease_expires_at is not None
         and live.lease_expires_at > timezone.now()
     )
+    # A live workspace action holds a fresh start too: the plan would run again over files an admin has not
+    # repaired yet (a reissue gives it a clean directory, the old one kept).
+    held = live_action(task.pk)
     gate = first_closed_gate(
         AdmissionFacts(
             task=task_facts(task),
             current_owner=task.agent.name,
             source_lease_live=lease_live,
             source_run_id=live.pk if live else None,
+            workspace_action=held.pk if held else None,
+            workspace_kind=held.kind if held else "",
         )
     )
     if gate is not None:

@@ -563,3 +563,11 @@ def test_an_unsafe_export_destination_is_refused_when_the_task_is_created(org, a
     )
     assert ok.status_code == 201
     assert api.get(f"/api/tasks/{ok.json()['id']}/").json()["export_destination"] == str(tmp_path / "out")
+
+
+def test_start_over_waits_for_the_workspace_repair_too(diverged, api):
+    task, action = diverged
+    r = api.post(f"/api/tasks/{task.pk}/start-over/", {"accept_duplicate_risk": True}, format="json")
+    assert r.status_code == 409 and r.json()["gate"] == "workspace_hold", r.content
+    action.refresh_from_db()
+    assert action.status == "open"  # not retired: the files it lists still wait for an admin
