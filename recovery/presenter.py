@@ -760,6 +760,7 @@ WRITERS = {
     "step": "written by step {seq} of run #{run} ({tool})",
     "decision": "step {seq} of run #{run} ({tool}), declared performed by a person",
     "reconcile": "adopted from disk by a reconcile",
+    "baseline": "in the workspace when the first run started",
 }
 
 REPAIR_NAMES = {"reconcile": "Reconcile", "reissue": "Isolated reissue", "retry_export": "Retry export"}

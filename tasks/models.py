@@ -449,7 +449,7 @@ class WorkspaceFile(models.Model):
     seq = models.PositiveIntegerField(null=True, blank=True)
     tool = models.CharField(max_length=100, blank=True)
     # "step" (a completed step), "decision" (a step a person declared performed), "reconcile" (adopted by an
-    # admin's repair).
+    # admin's repair), "baseline" (in the workspace when its chain's first run was claimed).
     source = models.CharField(max_length=16, default="step")
     recorded_at = models.DateTimeField(auto_now=True)
 

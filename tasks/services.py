@@ -264,6 +264,10 @@ def _claim(worker: Worker, label: str) -> Run | None:
                     "messages_delivered": sorted(delivered),
                 },
             )
+            if run.continues_id is None:
+                # A chain starts (a first run, a fresh start): what the workspace holds now is its
+                # baseline, e.g. inputs a person put there. Later differences are then real ones.
+                manifest_record(task=run.task, scan_all=True, source="baseline")
             lifecycle.run_started(run)
             return run
     return None

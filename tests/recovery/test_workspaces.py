@@ -571,3 +571,24 @@ def test_start_over_waits_for_the_workspace_repair_too(diverged, api):
     assert r.status_code == 409 and r.json()["gate"] == "workspace_hold", r.content
     action.refresh_from_db()
     assert action.status == "open"  # not retired: the files it lists still wait for an admin
+
+
+def test_inputs_a_person_put_in_the_workspace_before_the_first_run_are_its_baseline(org, agent):
+    task = e.start(org, PLAN)
+    Path(task.workspace, "input.csv").write_text("a,b\n")  # seeded before any run started
+    source = crash_at(e.first_run(task), 2)
+    assert rows(task)["input.csv"].source == "baseline"
+    report = supervise_once()
+    assert len(report.continued) == 1 and not RecoveryAction.objects.filter(task=task).exists()
+    assert Run.objects.get(pk=report.continued[0]).continues_id == source.pk
+
+
+def test_a_seeded_input_changed_after_the_crash_is_a_difference(org, agent):
+    task = e.start(org, PLAN)
+    Path(task.workspace, "input.csv").write_text("a,b\n")
+    crash_at(e.first_run(task), 2)
+    edit_by_hand(task, "input.csv", "a,b,c\n")
+    supervise_once()
+    f = validation_action(task).evidence["files"][0]
+    assert f["path"] == "input.csv" and f["recorded"]["source"] == "baseline"
+    assert "+a,b,c" in f["diff"]
