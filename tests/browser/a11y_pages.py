@@ -16,6 +16,7 @@ from playwright.sync_api import Page, expect
 
 from console.views import TABS
 from recovery.actions import action_decide, actions_settle
+from recovery.models import HeldCopy
 from recovery.modes import profile_update
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action
 from tests.factories import make_agent
@@ -33,10 +34,17 @@ class A11yScenario:
     exhausted_task: int
     settled_task: int  # its action was decided and its continuation started: a settled card
     continuation_task: int  # safe to continue, but its agent does not resume by itself
+    workspace_task: int  # a live workspace_validation card: files, diffs, repair confirmations
+    workspace_run: int  # the run validation refused: the run page hosts the repair controls
+    export_task: int  # a live workspace_export card
+    held_task: int  # a reconcile held a file: the panel links its held copy
+    held_copy: int
 
 
 def a11y_scenario(org, admin) -> A11yScenario:
     """Each kind of card, made through the real services."""
+    # First: its crashes lapse every live lease, which would interrupt the settled card's continuation.
+    diverged, export, held = workspace_scenario(org, admin)
     make_agent(org, "careful", auto_resume=False)
     exhausted = unknown_outcome_action(org, title="Post the invoice to the billing hook")
     actions_settle(now=timezone.now() + timedelta(days=3))  # before the others, which would age too
@@ -53,6 +61,11 @@ def a11y_scenario(org, admin) -> A11yScenario:
         reason="the billing hook dedupes on its request id",
     )
     return A11yScenario(
+        workspace_task=diverged.task_id,
+        workspace_run=diverged.run_id,
+        export_task=export.task_id,
+        held_task=held.task_id,
+        held_copy=HeldCopy.objects.get(task_id=held.task_id).pk,
         agent="builder",
         unknown_task=unknown.task_id,
         unknown_run=unknown.run_id,
@@ -60,6 +73,42 @@ def a11y_scenario(org, admin) -> A11yScenario:
         settled_task=settled.task_id,
         continuation_task=continuation.task_id,
     )
+
+
+def workspace_scenario(org, admin):
+    """A workspace changed by hand after a crash, an export that failed, and a reconcile that held a file."""
+    import tempfile
+    from pathlib import Path
+
+    from recovery.models import RecoveryAction
+    from recovery.repairs import action_repair
+    from recovery.supervisor import supervise_once
+    from tasks.models import Task
+    from tests.recovery import engine as e
+    from tests.recovery.workdisk import crash_at, edit_by_hand, finish_all, validation_action
+
+    plan = [
+        ("file_write", {"path": "docs/CHANGELOG.md", "content": "# 1.4\n- sync is faster\n"}),
+        ("sleep", {"seconds": 0}),
+        ("file_write", {"path": "docs/CHANGELOG.md", "content": "# 1.4\n- sync is twice as fast\n"}),
+    ]
+    made = []
+    for title in ("Draft the changelog", "Draft the release notes"):
+        task = e.start(org, plan, title=title)
+        crash_at(e.first_run(task), 2)
+        edit_by_hand(task, "docs/CHANGELOG.md", "# 1.4\n- sync is faster\n- login no longer times out\n")
+        edit_by_hand(task, "RELEASE-DATE", "2025-06-02\n")
+        supervise_once()
+        made.append(validation_action(task))
+    held = made[1]
+    action_repair(action_id=held.pk, user=admin, version=held.version, repair="reconcile", run=held.run_id)
+    blocker = Path(tempfile.mkdtemp()) / "exports"
+    blocker.write_text("in the way")
+    task = e.start(org, [("file_write", {"path": "index.html", "content": "<h1>1.4</h1>\n"})], title="Publish")
+    Task.objects.filter(pk=task.pk).update(export_destination=str(blocker / "site"))
+    finish_all(e.first_run(task))
+    supervise_once()
+    return made[0], RecoveryAction.objects.get(task=task, kind="workspace_export"), held
 
 
 def settings_asking_to_confirm(page: Page) -> None:
@@ -94,6 +143,11 @@ PAGES: list[Visit] = [
     Visit("task: continuation waiting for an operator", "/tasks/{continuation_task}/"),
     Visit("run", "/agents/{agent}/runs/{unknown_run}/"),
     Visit("workers and supervisor", "/workers/"),
+    Visit("task: workspace changed, repair confirmations", "/tasks/{workspace_task}/"),
+    Visit("run refused by workspace validation, repair controls", "/agents/{agent}/runs/{workspace_run}/"),
+    Visit("task: export failed", "/tasks/{export_task}/"),
+    Visit("task: a reconcile held a file", "/tasks/{held_task}/"),
+    Visit("held copy", "/tasks/{held_task}/workspace/?held={held_copy}"),
     Visit("tool settings", "/settings/tools/", roles=("admin",)),
     Visit("tool settings asking to confirm", "/settings/tools/", roles=("admin",), prepare=settings_asking_to_confirm),
     Visit("tool settings refused", "/settings/tools/", roles=("viewer", "operator"), status=403),
