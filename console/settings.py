@@ -177,6 +177,8 @@ CONSOLE_CHECKPOINT_RETENTION_DAYS = env_int("CONSOLE_CHECKPOINT_RETENTION_DAYS",
 CONSOLE_WORKER_DRAIN_SECONDS = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECONDS") or 10)
 # A scrape token for /metrics (sent as `Authorization: Bearer <token>`); an admin's API token works too.
 CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
+# Recorded workspace files up to this size keep their content (diffs, isolated reissue).
+CONSOLE_WORKSPACE_KEEP_BYTES = env_int("CONSOLE_WORKSPACE_KEEP_BYTES", 16 * 1024 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

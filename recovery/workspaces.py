@@ -15,6 +15,7 @@ Also here: the reads the task page and the API show (every file with its
 status, held copies, the last export).
 """
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,7 +29,7 @@ from tasks.errors import GateClosed
 from tasks.holds import Hold
 from tasks.models import WORKSPACE_VALIDATION_FAILED, Run, RunStatus, Step, StepPhase, Task, WorkspaceFile
 from tasks.services import run_end, run_enqueue
-from tasks.workspace import FILE_TOOLS, manifest_record, scan, step_paths, store_read
+from tasks.workspace import FILE_TOOLS, manifest_record, open_regular, scan, step_paths, store_read
 
 WORKSPACE_KINDS = (ActionKind.WORKSPACE_VALIDATION, ActionKind.WORKSPACE_EXPORT)
 EVIDENCE_FILES = 200  # files listed with their details in an action's evidence; the rest are counted
@@ -122,10 +123,6 @@ def file_evidence(task: Task, diff: wd.FileDiff, row: WorkspaceFile | None, step
 
 
 def _read_small(root: str, rel: str) -> bytes | None:
-    import os
-
-    from tasks.workspace import open_regular
-
     opened = open_regular(root, rel)
     if opened is None:
         return None
@@ -331,8 +328,6 @@ def held_paths(action: RecoveryAction | None) -> dict[str, dict]:
 
 def workspace_state(task: Task) -> WorkspaceState:
     """Every file of the task's workspace with its status now (contents compared), held copies, the last export."""
-    import os
-
     diffs, rows = workspace_diffs(task)
     hold = live_action(task.pk)
     held = held_paths(hold)

@@ -273,7 +273,7 @@ def _rel(rel_dir: str, name: str) -> str:
 
 
 def keep_limit() -> int:
-    return int(getattr(settings, "CONSOLE_WORKSPACE_KEEP_BYTES", 16 * 1024 * 1024))
+    return int(settings.CONSOLE_WORKSPACE_KEEP_BYTES)
 
 
 def store_root(org_slug: str) -> Path:
