@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -69,9 +70,13 @@ def pass_record(*, label: str, interval: float, started_at: datetime, duration: 
     """Count one pass of the supervisor process `label`; keep a row if it did something."""
     process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets").first()
     if process is None:
-        process = SupervisorProcess.objects.create(
-            label=label[:200], interval=interval, started_at=started_at, last_pass_at=started_at
-        )
+        try:
+            with transaction.atomic():
+                process = SupervisorProcess.objects.create(
+                    label=label[:200], interval=interval, started_at=started_at, last_pass_at=started_at
+                )
+        except IntegrityError:  # another pass with the same label (threads of one process) made it first
+            process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets").get()
     SupervisorProcess.objects.filter(pk=process.pk).update(
         interval=interval,
         last_pass_at=started_at,
