@@ -14,7 +14,7 @@ from recovery.presenters import action_view_of
 from recovery.selectors import diagnose, step_modes_now, task_detail
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
-from tasks.models import LIVE_RUN_STATUSES, Agent, Run, Step, Task
+from tasks.models import LIVE_RUN_STATUSES, WORKSPACE_VALIDATION_FAILED, Agent, Run, Step, Task
 from tasks.selectors import task_facts
 
 FINAL_FOR_DIAGNOSIS = ("interrupted", "stopped")
@@ -152,6 +152,14 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         (r for r in task_runs.values() if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at)),
         None,
     )
+    refused = next(
+        (
+            r
+            for r in sorted(task_runs.values(), key=lambda r: -r.pk)
+            if r.continues_id == run.pk and r.error_code == WORKSPACE_VALIDATION_FAILED and r.started_at is None
+        ),
+        None,
+    )
     profile = getattr(run.agent, "profile", None)
     auto_resume = profile.auto_resume if profile is not None else True
     carried_messages = [m for m in getattr(run, "carried_messages", [])]
@@ -162,7 +170,9 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
-        "diagnosis_line": presenter.diagnosis_line(run, diagnosis, auto_resume=auto_resume, continued_by=continuation),
+        "diagnosis_line": presenter.diagnosis_line(
+            run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
+        ),
         "continuation": continuation,
         "continuation_started": bool(continuation and continuation.started_at),
         "carried": presenter.carried_lines(getattr(run, "carried_decisions", []), carried_messages),

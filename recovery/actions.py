@@ -149,7 +149,8 @@ def action_open(
                 original_owner_id=run.task.agent_id,
                 recovery_owner=recovery_owner,
                 exhaustion=exhaustion,
-                due_at=timezone.now() + action_due(),
+                # Workspace actions wait for an admin's repair and never age into exhaustion: no due time.
+                due_at=None if kind in workspaces.WORKSPACE_KINDS else timezone.now() + action_due(),
             )
             e = _event(action, "action_opened", actor, status=status, cause=cause, seq=seq)
             event_append(

@@ -159,13 +159,16 @@ def gate_line(hold) -> Line | None:
 
 def task_state(task, current_run, actions) -> str:
     """The one vocabulary of task states, used by board, inbox, header and API alike."""
-    if task.status in ("cancelled", "done"):
+    if task.status == "cancelled":
         return task.status
+    # A done task can still have a live action (its export failed): it waits on a person, so it says so.
     live = [a for a in actions if a.status in ("open", "retrying", "exhausted")]
     if any(a.status == "exhausted" for a in live):
         return "exhausted"
     if any(a.status == "open" for a in live):
         return "needs_decision"
+    if task.status == "done":
+        return task.status
     if current_run is not None and current_run.status == "stopping":
         return "stopping"
     if current_run is not None and current_run.status == "running":
@@ -232,12 +235,6 @@ def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskVi
             )
         elif state == "done" and last_run is not None and last_run.status == "succeeded":
             view.why = (f"Done: run #{last_run.pk} succeeded ", At(last_run.finished_at), ".")
-        export = next((a for a in actions if a.kind == "workspace_export" and a.live), None)
-        if state == "done" and export is not None:
-            view.why = (
-                *((view.why or ("Done", "."))[:-1]),
-                f"; exporting its workspace failed — recovery action #{export.pk} waits for an admin.",
-            )
     elif state == "stopping" and current_run is not None:
         view.why = stopping_line(current_run)
     elif state == "running" and current_run is not None:
@@ -250,7 +247,10 @@ def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskVi
             view.why = gate_line(hold)
     elif state in ("needs_decision", "exhausted"):
         lead = next((a for a in actions if a.status in ("open", "exhausted")), None)
-        if lead is not None:
+        if task.status == "done" and last_run is not None and last_run.status == "succeeded":
+            export = f"; exporting its workspace failed — recovery action #{lead.pk} waits for an admin" if lead else ""
+            view.why = (f"Run #{last_run.pk} succeeded ", At(last_run.finished_at), f"{export}.")
+        elif lead is not None:
             view.why = (f"Recovery action #{lead.pk}: {cause(lead.cause)}",)
     elif state == "idle" and last_run is not None:
         view.why = idle_line(last_run, hold=hold)
@@ -560,7 +560,7 @@ DISPOSITION_WORDS = {
 }
 
 
-def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None) -> Line | None:
+def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None, refused_by=None) -> Line | None:
     """What will actually happen to an interrupted or stopped run, for this agent and this stop cause."""
     if diagnosis is None or diagnosis.disposition == c.NONE:
         return None
@@ -579,6 +579,12 @@ def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None) -> L
         if continued_by is not None:
             started = continued_by.started_at is not None
             head += f"; continued in run #{continued_by.pk}" if started else f"; run #{continued_by.pk} is queued"
+        elif refused_by is not None:
+            # Safe by its checkpoints, but its continuation was refused before it started: never "automatically".
+            head = (
+                f"Safe to continue by its checkpoints, but its continuation run #{refused_by.pk} was not admitted: "
+                "the workspace differs from what the checkpoints recorded"
+            )
         return (head + ".",)
     words = DISPOSITION_WORDS.get(diagnosis.disposition, diagnosis.disposition)
     return (f"{words}: {reasons}" if reasons else words + ".",)

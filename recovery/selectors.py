@@ -16,7 +16,6 @@ from tasks.models import LEASED_RUN_STATUSES, Agent, Event, Message, Run, Step, 
 from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
 from tasks.worker.tools import TOOLS
 
-CLOSED = ("done", "cancelled")
 WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
 
@@ -42,15 +41,18 @@ def state_filter(qs, state: str):
     """The SQL twin of presenters.task_state; keep the two in the same order."""
     if state == "all":
         return qs
-    if state in CLOSED:
+    if state == "cancelled":
         return qs.filter(status=state)
-    qs = qs.exclude(status__in=CLOSED)
+    qs = qs.exclude(status="cancelled")
     if state == "exhausted":
         return qs.filter(has_exhausted=True)
     qs = qs.filter(has_exhausted=False)
     if state == "needs_decision":
         return qs.filter(has_open=True)
     qs = qs.filter(has_open=False)
+    if state == "done":
+        return qs.filter(status=state)
+    qs = qs.exclude(status="done")
     stopping = Q(current_run_status="stopping")
     running = Q(current_run_status="running")
     if state == "stopping":

@@ -10,6 +10,7 @@ from recovery.supervisor import supervise_once
 from tasks.models import Run, Step, Task, WorkspaceFile
 from tests.conftest import token_client
 from tests.factories import user_token
+from tests.helpers import visible_text
 from tests.recovery import engine as e
 from tests.recovery.workdisk import (
     contents,
@@ -326,7 +327,10 @@ def test_an_export_to_an_unwritable_destination_opens_an_action_and_retry_export
     supervise_once()
     assert Export.objects.count() == 1  # exported once per run: the retry is a person's
     detail = admin_api.get(f"/api/tasks/{task.pk}/").json()
-    assert detail["state"] == "done"  # the run's work is done; its card says the export failed
+    # The run's work is done, but the failed export waits on an admin: the task says so everywhere.
+    assert detail["state"] == "needs_decision" and detail["status"] == "done"
+    assert [t["id"] for t in admin_api.get("/api/tasks/?state=needs_decision").json()["results"]] == [task.pk]
+    assert admin_api.get("/api/tasks/?state=done").json()["results"] == []
     r = repair(admin_api, action, "retry_export")
     assert r.status_code == 202 and r.json()["status"] == "failed"
     assert RecoveryAction.objects.get(pk=action.pk).status == "open"
@@ -340,6 +344,7 @@ def test_an_export_to_an_unwritable_destination_opens_an_action_and_retry_export
     assert "2 files copied to" in body["summary"]
     assert (dest / "notes.md").read_text() == "# 1.4\n" and (dest / "d" / "x.txt").read_text() == "x"
     assert {c["path"]: c["after"] for c in body["result"]["copied"]}["notes.md"] == sha("# 1.4\n")
+    assert admin_api.get(f"/api/tasks/{task.pk}/").json()["state"] == "done"
 
 
 def test_an_export_keeps_destination_files_it_replaces_and_never_follows_links(org, agent, tmp_path):
@@ -592,3 +597,18 @@ def test_a_seeded_input_changed_after_the_crash_is_a_difference(org, agent):
     f = validation_action(task).evidence["files"][0]
     assert f["path"] == "input.csv" and f["recorded"]["source"] == "baseline"
     assert "+a,b,c" in f["diff"]
+
+
+def test_a_run_whose_continuation_the_workspace_refused_never_reads_as_continuing_automatically(
+    diverged, admin_user, client
+):
+    task, action = diverged
+    source = action.run.continues
+    client.force_login(admin_user)
+    page = visible_text(client.get(f"/agents/{source.agent.name}/runs/{source.pk}/").content.decode())
+    assert "Safe to continue automatically" not in page
+    assert f"its continuation run #{action.run_id} was not admitted: the workspace differs" in page
+    # A workspace action waits for an admin's repair and never ages into exhaustion: it has no due time.
+    assert action.due_at is None
+    inbox = visible_text(client.get("/inbox/").content.decode())
+    assert f"#{task.pk}" in inbox and "due" not in inbox
