@@ -128,6 +128,10 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     diagnosis = diagnose(run, steps, task_runs=task_runs) if run.status in FINAL_FOR_DIAGNOSIS else None
     verdicts = {(v.parent_seq, v.seq): v for v in diagnosis.steps} if diagnosis is not None else {}
     disposition = diagnosis.disposition if diagnosis is not None else None
+    continuation = next(
+        (r for r in task_runs.values() if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at)),
+        None,
+    )
     rows = []
     modes_now = step_modes_now(run, steps)  # a step planned before a settings change keeps its mode
     for s in steps:
@@ -137,6 +141,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
             verdict=verdicts.get((s.parent_seq, s.seq)),
             disposition=disposition,
             reused_run_id=getattr(s, "reused_run_id", None),
+            continued_in=continuation,
         )
         rows.append(
             {
@@ -148,10 +153,6 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "mode": presenter.step_mode(s.recovery_mode, modes_now.get(s.pk)),
             }
         )
-    continuation = next(
-        (r for r in task_runs.values() if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at)),
-        None,
-    )
     refused = next(
         (
             r

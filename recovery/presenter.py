@@ -587,7 +587,16 @@ def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None, refu
             )
         return (head + ".",)
     words = DISPOSITION_WORDS.get(diagnosis.disposition, diagnosis.disposition)
-    return (f"{words}: {reasons}" if reasons else words + ".",)
+    line = f"{words}: {reasons}" if reasons else words + "."
+    if continued_by is not None:
+        # The question was settled: say where the run went on, never only what it once needed.
+        started = continued_by.started_at is not None
+        line = line.rstrip(".") + (
+            f"; settled — continued in run #{continued_by.pk}."
+            if started
+            else f"; settled — run #{continued_by.pk} is queued."
+        )
+    return (line,)
 
 
 @dataclass
@@ -597,8 +606,32 @@ class StepRow:
     declared: bool = False  # a person's statement stands in for the step: it has no saved result
 
 
-def step_row(step, *, run, verdict=None, disposition: str | None = None, reused_run_id=None) -> StepRow:
-    """The label and note of one step on a run card."""
+def _settled_in(step, continued_in) -> Line | None:
+    """How a step of unknown outcome was settled by the continuation that carries it on (None while undecided)."""
+    if continued_in is None:
+        return None
+    carry = continued_in.carry or {}
+    queued = "" if continued_in.started_at else " (queued)"
+    declared = (carry.get("declared") or {}).get(str(step.seq))
+    if declared is not None:
+        return (
+            f"run #{continued_in.pk}{queued} does not run it again: decided it happened — "
+            f"{declared.get('decided_by', 'someone')}",
+            *_said(declared.get("note", "")),
+        )
+    why = {r.get("seq"): r.get("why") for r in carry.get("rerun", []) if isinstance(r, dict)}.get(step.seq)
+    said = {
+        "decided": "decided: it did not happen",
+        "retry": "retry requested",
+        "follow-up": "continued by a follow-up",
+    }.get(why)
+    return (f"run #{continued_in.pk}{queued} runs it again: {said}",) if said else None
+
+
+def step_row(
+    step, *, run, verdict=None, disposition: str | None = None, reused_run_id=None, continued_in=None
+) -> StepRow:
+    """The label and note of one step on a run card (`continued_in`: the continuation of this run, if any)."""
     carry = run.carry or {}
     # A batch item a person declared performed is keyed by its own (nested) seq.
     declared = (carry.get("declared") or {}).get(str(step.seq))
@@ -621,6 +654,9 @@ def step_row(step, *, run, verdict=None, disposition: str | None = None, reused_
     again = RERUN_WORDS.get(why) if step.phase in ("dispatched", "completed", "failed") else None
     if verdict is not None and disposition is not None:
         row = _verdict_row(step, verdict, disposition)
+        settled = _settled_in(step, continued_in) if verdict.verdict == c.UNKNOWN_OUTCOME else None
+        if settled is not None:
+            row = StepRow("unknown outcome", settled)
     else:
         label = {"planned": "planned", "dispatched": "running", "completed": "completed", "failed": "failed"}
         row = StepRow(label[step.phase])

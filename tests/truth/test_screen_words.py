@@ -67,6 +67,11 @@ def test_a_decision_that_it_happened_is_named_a_decision_until_its_run_starts_th
     assert "decided_by" not in steps  # no declared statement is shown as if it were a result
     assert f"reused — saved result of run #{action.run_id}" in steps  # step 1 really was saved
     assert steps.count("reused — saved result") == 1
+    # The interrupted run no longer asks for the decision that was made: it says how it was settled.
+    source = s.runs[action.run_id]
+    assert "a person decides" not in source
+    assert f"run #{run.pk} does not run it again: decided it happened — olive: report.md is on disk" in source
+    assert f"settled — continued in run #{run.pk}." in source
     assert_no_iso(s)
 
     e.advance(run, 3)
@@ -140,6 +145,22 @@ def test_a_stopping_run_is_never_called_running_and_a_stopped_run_never_continue
     assert "Stopped by olive" in s.card(f"task-{task.pk}")  # the header says why nothing runs
     assert not Run.objects.filter(continues=run).exists()
     assert_no_iso(s)
+
+
+def test_a_decision_that_it_did_not_happen_says_on_the_cut_off_run_that_the_next_run_runs_it_again(
+    org, agent, operator
+):
+    action = e.parked(org, [e.SAFE, e.WRITE], 2)
+    decide(action, operator, "not_performed", note="nothing on disk", risk=True)
+    continuation = Run.objects.get(continues_id=action.run_id)
+    source = read(operator, action.task_id).runs[action.run_id]
+    assert f"run #{continuation.pk} (queued) runs it again: decided: it did not happen" in source
+    assert f"settled — run #{continuation.pk} is queued." in source
+    assert "a person decides" not in source and "continued in" not in source
+    e.claim(continuation)
+    source = read(operator, action.task_id).runs[action.run_id]
+    assert f"run #{continuation.pk} runs it again: decided: it did not happen" in source
+    assert f"settled — continued in run #{continuation.pk}." in source
 
 
 # --- exhausted, unresolved, cancelled ------------------------------------------------------------
