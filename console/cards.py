@@ -108,7 +108,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "can_continue": operate and not closed and not run_live and not live and bool(last) and hold is None,
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
-        "start_over": start_over_context(task, current) if operate else None,
+        "start_over": start_over_context(task, current, hold=hold, live_actions=live) if operate else None,
         "message": message,
         "typed": typed or {},
     }

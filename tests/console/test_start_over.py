@@ -69,3 +69,14 @@ def test_a_start_over_of_a_batch_and_its_wording_is_pure():
         "Fresh start by ada after run #4: runs the task again from the beginning and reuses nothing."
     )
     assert fresh_start_text({"dropped": []}) == "" and fresh_start_text(None) == ""
+
+
+def test_a_paused_task_says_start_over_waits_for_the_pause_instead_of_offering_it(org, agent, login, operator):
+    from tasks.services import task_pause
+
+    task = engine.start(org, [SAFE])
+    engine.crash_after_dispatch(engine.first_run(task), 1)
+    task_pause(actor=operator, task=task)
+    html = header(login(operator).get(f"/tasks/{task.pk}/").content.decode(), task.pk)
+    assert f"Start over waits: Task #{task.pk} is paused. Lifted by an operator, with Resume task." in html
+    assert f'action="/tasks/{task.pk}/start-over/"' not in html

@@ -570,8 +570,13 @@ def test_an_unsafe_export_destination_is_refused_when_the_task_is_created(org, a
     assert api.get(f"/api/tasks/{ok.json()['id']}/").json()["export_destination"] == str(tmp_path / "out")
 
 
-def test_start_over_waits_for_the_workspace_repair_too(diverged, api):
+def test_start_over_waits_for_the_workspace_repair_too(diverged, api, client, operator):
     task, action = diverged
+    client.force_login(operator)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    # The header does not offer what would be refused; it says what it waits for.
+    assert f"Start over waits for the workspace repair on recovery action #{action.pk}" in visible_text(page)
+    assert f'action="/tasks/{task.pk}/start-over/"' not in page
     r = api.post(f"/api/tasks/{task.pk}/start-over/", {"accept_duplicate_risk": True}, format="json")
     assert r.status_code == 409 and r.json()["gate"] == "workspace_hold", r.content
     action.refresh_from_db()
