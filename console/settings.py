@@ -186,8 +186,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # The server-side boundary of the payload encoding (tasks/payloads.py): strict, bounded, canonical.
+    "DEFAULT_RENDERER_CLASSES": ["tasks.parsers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["tasks.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "tasks.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from tasks import lifecycle
+from tasks import lifecycle, payloads
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import event_append
@@ -58,6 +58,16 @@ def _check_payload(value, what: str) -> None:
         raise PayloadTooLarge(f"The {what} is larger than 8 MiB; nothing was saved.")
 
 
+def _stored(value, what: str):
+    """`value` in the form it is saved in (tasks.payloads: NUL, lone surrogates and bytes tagged), size-checked."""
+    try:
+        value = payloads.canonical(value)
+    except payloads.PayloadError as exc:
+        raise Invalid(f"The {what} cannot be saved: {exc}.") from None
+    _check_payload(value, what)
+    return value
+
+
 def lease_delta() -> timedelta:
     return timedelta(seconds=settings.CONSOLE_LEASE_SECONDS)
 
@@ -75,7 +85,7 @@ def validate_plan(plan) -> list[dict]:
     for i, step in enumerate(steps, start=1):
         if not isinstance(step, dict) or not isinstance(step.get("tool"), str) or not step["tool"]:
             raise Invalid(f"Step {i} needs a `tool` name.", field="input")
-        if not isinstance(step.get("args", {}), dict):
+        if not payloads.is_object(step.get("args", {})):
             raise Invalid(f"Step {i}: `args` must be an object.", field="input")
     return steps
 
@@ -102,8 +112,8 @@ def task_create(
     title = (title or "").strip()
     if not title:
         raise Invalid("A task needs a title.", field="title")
+    input = _stored(input, "task input")
     validate_plan(input)
-    _check_payload(input, "task input")
     agent_obj = Agent.objects.filter(org=org, name=agent).first()
     if agent_obj is None:
         raise Invalid(f"No agent named {agent!r} in this organization.", field="agent")
@@ -312,9 +322,9 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
         raise Invalid("`tool` must be a tool name.", field="tool")
     if args is None:
         args = {}
-    if not isinstance(args, dict):
+    args = _stored(args, "step arguments")
+    if not payloads.is_object(args):
         raise Invalid("`args` must be an object.", field="args")
-    _check_payload(args, "step arguments")
     parent = None
     if parent_seq is not None:
         parent = Step.objects.filter(run=run, seq=parent_seq).first()
@@ -433,8 +443,8 @@ def step_complete(
         usage = 1
     if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
         raise Invalid("`usage` must be a non-negative integer.", field="usage")
-    _check_payload(result, "step result")
-    error = "" if error is None else str(error)[:10_000]
+    result = _stored(result, "step result")
+    error = "" if error is None else payloads.readable(str(error))[:10_000]
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
         phase=phase,
         result=None if result_too_large else result,
