@@ -16,6 +16,8 @@ from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Agent, RecoveryMode, Role
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
 
+ID_MAX = 2**63 - 1  # ids and versions are 64-bit
+
 TASK_STATES = (
     "needs_decision",
     "exhausted",
@@ -53,11 +55,13 @@ class TaskListView(OperatorView):
         title = serializers.CharField(max_length=300)
         agent = serializers.CharField(max_length=100)
         input = serializers.JSONField()
-        parent = serializers.IntegerField(required=False, allow_null=True)
-        budget_limit = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+        parent = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=ID_MAX)
+        budget_limit = serializers.IntegerField(
+            required=False, allow_null=True, min_value=0, max_value=services.BUDGET_MAX
+        )
         private = serializers.BooleanField(required=False, default=False)
-        export_destination = serializers.CharField(required=False, allow_blank=True, default="")
-        org = serializers.SlugField(required=False)
+        export_destination = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000)
+        org = serializers.SlugField(required=False, max_length=50)
 
     @extend_schema(
         parameters=[
@@ -155,13 +159,13 @@ class ActionDetailView(OperatorView):
 
 
 class VersionIn(serializers.Serializer):
-    version = serializers.IntegerField()
+    version = serializers.IntegerField(min_value=0, max_value=ID_MAX)
 
 
 class ActionRetryView(OperatorView):
     class ActionRetryInputSerializer(VersionIn):
         accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
-        reason = serializers.CharField(required=False, allow_blank=True, default="")
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=actions.MAX_NOTE)
 
     @extend_schema(request=ActionRetryInputSerializer, responses={202: OpenApiTypes.OBJECT})
     def post(self, request, action_id: int):
@@ -190,7 +194,7 @@ class ActionRetryView(OperatorView):
 class ActionDecisionView(OperatorView):
     class ActionDecisionInputSerializer(VersionIn):
         outcome = serializers.ChoiceField(choices=actions.DECISIONS)
-        note = serializers.CharField(required=False, allow_blank=True, default="")
+        note = serializers.CharField(required=False, allow_blank=True, default="", max_length=actions.MAX_NOTE)
         accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
 
     @extend_schema(request=ActionDecisionInputSerializer, responses=OpenApiTypes.OBJECT)
@@ -259,7 +263,7 @@ class TaskResumeView(TaskPauseView):
 
 class TaskMessagesView(OperatorView):
     class MessageInputSerializer(serializers.Serializer):
-        body = serializers.CharField(allow_blank=True, trim_whitespace=False)
+        body = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=followups.MAX_BODY)
 
     @extend_schema(request=MessageInputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request, task_id: int):
@@ -379,8 +383,12 @@ class TaskBudgetView(OperatorView):
 
 class TaskDependenciesView(OperatorView):
     class DependenciesInputSerializer(serializers.Serializer):
-        add = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
-        remove = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+        add = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=ID_MAX), required=False, max_length=100
+        )
+        remove = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=ID_MAX), required=False, max_length=100
+        )
 
     @extend_schema(request=DependenciesInputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, task_id: int):

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from tasks import services
 from tasks.auth import IsPerson, IsWorker
-from tasks.errors import IdempotencyConflict, PayloadTooLarge, ServiceError
+from tasks.errors import IdempotencyConflict, Invalid, PayloadTooLarge, ServiceError
 from tasks.models import IdempotencyRecord, Message, Run, Step, Worker
 from tasks.selectors import visible_events
 
@@ -43,6 +43,9 @@ def _fingerprint(request) -> str:
     return hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).hexdigest()
 
 
+MAX_IDEMPOTENCY_KEY = IdempotencyRecord._meta.get_field("key").max_length
+
+
 def idempotent(request, handler) -> Response:
     """Run `handler` once per Idempotency-Key.
 
@@ -55,7 +58,13 @@ def idempotent(request, handler) -> Response:
     key = request.headers.get("Idempotency-Key")
     if not key:
         return handler()
-    key = key[:200]
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        # Never truncated: two different long keys would collide and replay each other's response.
+        raise Invalid(
+            f"An Idempotency-Key holds at most {MAX_IDEMPOTENCY_KEY} characters; this one has {len(key)}.",
+            code="invalid",
+            field="Idempotency-Key",
+        )
     principal = _principal(request.user)
     fingerprint = _fingerprint(request)
 
@@ -224,10 +233,10 @@ class HeartbeatView(RunnerView):
 class StepPlanView(RunnerView):
     class StepPlanInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
-        seq = serializers.IntegerField(min_value=1)
+        seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ)
         tool = serializers.CharField(max_length=100)
         args = serializers.JSONField(required=False, default=dict)
-        parent_seq = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
 
     @extend_schema(request=StepPlanInputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request, run_id: int):
@@ -274,7 +283,9 @@ class StepCompleteView(RunnerView):
         ok = serializers.BooleanField()
         result = serializers.JSONField(required=False, allow_null=True, default=None)
         error = serializers.CharField(required=False, allow_null=True, allow_blank=True, default="")
-        usage = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
+        usage = serializers.IntegerField(
+            required=False, allow_null=True, min_value=0, max_value=services.MAX_USAGE, default=None
+        )
         result_too_large = serializers.BooleanField(required=False, default=False)
         # Workspace-relative paths the step changed; the server reads them on disk itself.
         files = serializers.ListField(
@@ -312,7 +323,7 @@ class FinishView(RunnerView):
     class FinishInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
         status = serializers.CharField()
-        error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
+        error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="", max_length=64)
         detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
 
     @extend_schema(request=FinishInputSerializer, responses=OpenApiTypes.OBJECT)

@@ -47,6 +47,10 @@ from tasks.workspace import (
 )
 
 MAX_PLAN_STEPS = 10_000
+# Integer bounds of what is stored (64-bit columns), so out-of-range input is a 400, never a database error.
+MAX_SEQ = 2**62  # nested steps are numbered parent_seq * 100000 + position
+MAX_USAGE = 2**31 - 1  # one step's usage; the task's budget_used (their sum) is 64-bit
+BUDGET_MAX = 2**62
 
 
 def payload_size(value) -> int:
@@ -122,8 +126,8 @@ def task_create(
         parent_obj = Task.objects.filter(org=org, pk=parent).first()
         if parent_obj is None:
             raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
-    if budget_limit is not None and (not isinstance(budget_limit, int) or budget_limit < 0):
-        raise Invalid("`budget_limit` must be a non-negative integer.", field="budget_limit")
+    if budget_limit is not None and (not isinstance(budget_limit, int) or not 0 <= budget_limit <= BUDGET_MAX):
+        raise Invalid(f"`budget_limit` must be an integer from 0 to {BUDGET_MAX}.", field="budget_limit")
     if export_destination and (problem := destination_problem(export_destination, exporting=False)):
         raise Invalid(problem, field="export_destination")
     task = Task.objects.create(
@@ -316,8 +320,8 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     `seq` is refused.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise Invalid("`seq` must be a positive integer.", field="seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        raise Invalid(f"`seq` must be an integer from 1 to {MAX_SEQ}.", field="seq")
     if not isinstance(tool, str) or not tool:
         raise Invalid("`tool` must be a tool name.", field="tool")
     if args is None:
@@ -441,8 +445,8 @@ def step_complete(
         raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
     if usage is None:
         usage = 1
-    if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
-        raise Invalid("`usage` must be a non-negative integer.", field="usage")
+    if not isinstance(usage, int) or isinstance(usage, bool) or not 0 <= usage <= MAX_USAGE:
+        raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
     result = _stored(result, "step result")
     error = "" if error is None else payloads.readable(str(error))[:10_000]
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
