@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from urllib.parse import parse_qs
 
 from channels.auth import get_user
@@ -16,11 +17,46 @@ from django.conf import settings
 
 from console import live
 from console.relay import relay
+from tasks import payloads
 
 log = logging.getLogger("console.consumers")
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+# Resync requests beyond the budget below: the page asked for more full redraws than any page needs.
+CLOSE_THROTTLED = 4429
+# A page asks once per (re)connect; a burst of this many is allowed, then one per RESYNC_REFILL_SECONDS.
+RESYNC_BURST = 5
+RESYNC_REFILL_SECONDS = 2.0
+MAX_CURSOR = 2**63 - 1
+
+
+def cursor_value(raw) -> int:
+    """An event id a page says it reflects: anything that is not a sane non-negative integer is 0."""
+    if isinstance(raw, bool):
+        return 0
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+        raw = int(raw)
+    return raw if isinstance(raw, int) and 0 <= raw <= MAX_CURSOR else 0
+
+
+class ResyncBudget:
+    """A token bucket per socket (a socket lives in one process, so memory is the right place)."""
+
+    def __init__(self, burst: int = RESYNC_BURST, refill: float = RESYNC_REFILL_SECONDS, clock=time.monotonic):
+        self.burst, self.refill, self.clock = burst, refill, clock
+        self.tokens, self.at = float(burst), clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) / self.refill)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -28,16 +64,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def connect(self):
         self.obj_id = self.scope["url_route"]["kwargs"].get("obj_id")
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
+        query = parse_qs(self.scope.get("query_string", b"").decode("utf-8", "replace"))
+        # A search with what text cannot hold matches nothing anyone typed: it is dropped, never looked up.
+        q = (query.get("q") or [""])[0][:200]
+        self.filters = {"state": (query.get("state") or ["all"])[0][:32], "q": q if payloads.is_plain(q) else ""}
         self.subscribed = False
         self.watchdog = None
+        self.resyncs = ResyncBudget()
         # The newest event the page is known to reflect: the page says so in the URL
         # (and again in each resync), so a batch it already shows is never pushed.
-        try:
-            self.page_cursor = int((query.get("after") or ["0"])[0])
-        except ValueError:
-            self.page_cursor = 0
+        self.page_cursor = cursor_value((query.get("after") or ["0"])[0])
         self.user = await get_user(self.scope)
         await self.accept()
         if not self.user.is_authenticated:
@@ -87,16 +123,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None):
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not isinstance(message, dict):
             return
         if message.get("type") != "resync" or not self.subscribed:
             return
-        try:
-            after = int(message.get("last_event") or 0)
-        except (TypeError, ValueError):
-            after = 0
+        if not self.resyncs.take():
+            log.warning("closing a socket of %s: too many resync requests", self.user)
+            relay.unsubscribe(self)
+            self.subscribed = False
+            await self.close(code=CLOSE_THROTTLED)
+            return
+        after = cursor_value(message.get("last_event"))
         reconnect = bool(message.get("reconnect"))
         self.page_cursor = max(self.page_cursor, after)
         html, cursor = await database_sync_to_async(self._resync)(after, reconnect)
