@@ -34,7 +34,7 @@ from tasks.models import (
     Worker,
 )
 from tasks.modes import mode_for
-from tasks.selectors import task_facts
+from tasks.selectors import task_facts, visible_tasks
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
@@ -123,9 +123,13 @@ def task_create(
         raise Invalid(f"No agent named {agent!r} in this organization.", field="agent")
     parent_obj = None
     if parent is not None:
-        parent_obj = Task.objects.filter(org=org, pk=parent).first()
+        # Resolved under the caller's visibility: another person's private task is "no such task", like a missing one.
+        candidates = Task.objects.filter(org=org)
+        if not isinstance(actor, str | Worker) and actor is not None:
+            candidates = visible_tasks(actor).filter(org=org)
+        parent_obj = candidates.filter(pk=parent).first()
         if parent_obj is None:
-            raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
+            raise NotFound(f"No task #{parent}.", field="parent")
     if budget_limit is not None and (not isinstance(budget_limit, int) or not 0 <= budget_limit <= BUDGET_MAX):
         raise Invalid(f"`budget_limit` must be an integer from 0 to {BUDGET_MAX}.", field="budget_limit")
     if export_destination and (problem := destination_problem(export_destination, exporting=False)):
