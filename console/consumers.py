@@ -14,6 +14,7 @@ from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.utils import timezone
 
 from console import live
 from console.relay import relay
@@ -79,9 +80,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not self.user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        self.session_expires_at = None
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
         if not access.ok:
             await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if not await self.session_alive():
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
@@ -152,9 +157,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor
 
+    async def session_alive(self) -> bool:
+        """Whether the session this socket opened with still signs its user in (console.live.session_state)."""
+        session = self.scope.get("session")
+        state = await database_sync_to_async(live.session_state)(getattr(session, "session_key", None), self.user)
+        self.session_expires_at = state.expires_at
+        return state.valid
+
     async def recheck_access(self) -> bool:
-        """Re-read this user's access; close with 4403 if it is gone. Returns whether it remains."""
+        """Re-read this user's session and access; close with 4401 (signed out, password changed, session expired)
+        or 4403 (access gone). Returns whether the socket remains."""
         if not self.subscribed:
+            return False
+        if not await self.session_alive():
+            relay.unsubscribe(self)
+            self.subscribed = False
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return False
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
         if not access.ok:
@@ -172,11 +190,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """
         interval = float(settings.CONSOLE_LIVE_RECHECK_SECONDS)
         try:
-            await asyncio.sleep(random.uniform(0, interval))  # spread sockets opened together
+            await asyncio.sleep(self._until_next(random.uniform(0, interval)))  # spread sockets opened together
             while await self.recheck_access():
-                await asyncio.sleep(interval)
+                await asyncio.sleep(self._until_next(interval))
         except asyncio.CancelledError:
             pass
+
+    def _until_next(self, interval: float) -> float:
+        """The next recheck: after `interval`, or the moment the session expires if that comes first."""
+        if self.session_expires_at is None:
+            return interval
+        left = (self.session_expires_at - timezone.now()).total_seconds()
+        return max(0.0, min(interval, left + 0.01))
 
 
 class BoardConsumer(LiveConsumer):
