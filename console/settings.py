@@ -213,6 +213,21 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "tasks.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Per person, counted in the database cache so every web process shares one count (tasks/throttles.py).
+    "DEFAULT_THROTTLE_RATES": {
+        "messages": os.environ.get("CONSOLE_MESSAGE_RATE") or "20/min",
+        "notes": os.environ.get("CONSOLE_NOTE_RATE") or "30/min",
+    },
+}
+
+# The cache holds rate-limit counts only; it is a database table (created by migration tasks 0009) so that
+# every web process, on any machine, counts the same requests.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "console_cache",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    }
 }
 
 SPECTACULAR_SETTINGS = {

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from recovery import actions, controls, followups, fresh, presenter, repairs, selectors, workspaces
 from recovery.modes import current_modes, mode_for
 from recovery.presenters import action_data, attempt_data, run_data, task_data
-from tasks import services
+from tasks import services, throttles
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
@@ -203,6 +203,8 @@ class ActionDecisionView(OperatorView):
         data = self.ActionDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
+        if v["note"].strip():
+            throttles.check(request, throttles.NOTES)
 
         def handle():
             try:
@@ -270,6 +272,7 @@ class TaskMessagesView(OperatorView):
         task = get_task(request.user, task_id)
         data = self.MessageInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        throttles.check(request, throttles.MESSAGES)
 
         def handle():
             message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])

@@ -1143,8 +1143,3 @@ def lockout_text(*, failures: int, cooloff_minutes: int | None) -> str:
         f"Signing in is locked for this account from this address after {failures} failed attempts. "
         f"{wait} an admin of your organization to unlock it now."
     )
-
-
-def throttled_text(what: str, *, limit: int, seconds: int) -> str:
-    """A write refused by a rate limit (429 `throttled`): how many are allowed and when the next one is."""
-    return f"Too many {what}: at most {limit} a minute per person. Nothing was saved; try again in {seconds} s."

@@ -91,7 +91,10 @@ _DRF_CODES = {
 def exception_handler(exc, context):
     """Every API error is `{"code", "detail", ...}` with the right status."""
     if isinstance(exc, ServiceError):
-        return Response(exc.as_dict(), status=exc.status_code)
+        response = Response(exc.as_dict(), status=exc.status_code)
+        if exc.extra.get("retry_after"):
+            response["Retry-After"] = str(exc.extra["retry_after"])
+        return response
     if isinstance(exc, RequestDataTooBig):
         return Response(
             {"code": "payload_too_large", "detail": "The request body is larger than 8 MiB."},
