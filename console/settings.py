@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR", BASE_DIR / "var"))
@@ -67,6 +68,8 @@ MIDDLEWARE = [
     "console.middleware.PlainTextInputMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into the console's lockout page.
     "axes.middleware.AxesMiddleware",
@@ -102,6 +105,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.ops.header_alerts",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -175,6 +179,45 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (Django's own, django.middleware.csp): scripts and styles only from this origin
+# or with the response's nonce (the admin's templates carry it); no inline script, handler or style
+# attribute anywhere in the console (tests/browser/test_headers.py fails on any violation the browser reports).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],  # the live pages' websockets: same origin (ws:/wss:)
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+# Permissions-Policy (django-permissions-policy): the console uses none of these browser features.
+PERMISSIONS_POLICY = {
+    feature: []
+    for feature in (
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "encrypted-media",
+        "fullscreen",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "picture-in-picture",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "usb",
+        "xr-spatial-tracking",
+    )
+}
 
 # Checkpoint payloads (and so request bodies) are bounded at 8 MiB; leave room
 # for the JSON envelope so the 413 comes from our own check with its code.
