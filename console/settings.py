@@ -254,7 +254,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["tasks.parsers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["tasks.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "tasks.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "tasks.schemas.ConsoleAutoSchema",
     "UNAUTHENTICATED_USER": None,
     # Per person, counted in the database cache so every web process shares one count (tasks/throttles.py).
     "DEFAULT_THROTTLE_RATES": {

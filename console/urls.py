@@ -95,3 +95,4 @@ urlpatterns = [
 ]
 
 handler403 = views.forbidden
+handler404 = "tasks.errors.not_found"

@@ -6,13 +6,12 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks import services
+from tasks import schemas, services
 from tasks.auth import IsPerson, IsWorker
 from tasks.errors import IdempotencyConflict, Invalid, PayloadTooLarge, ServiceError
 from tasks.models import IdempotencyRecord, Message, Run, Step, Worker
@@ -203,7 +202,7 @@ class ClaimView(RunnerView):
     class ClaimInputSerializer(serializers.Serializer):
         worker = serializers.CharField(max_length=100, required=False, allow_blank=True)
 
-    @extend_schema(request=ClaimInputSerializer, responses={200: OpenApiTypes.OBJECT, 204: None})
+    @extend_schema(request=ClaimInputSerializer, responses={200: schemas.ClaimOut, 204: None})
     def post(self, request):
         data = self.ClaimInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -218,7 +217,7 @@ class ClaimView(RunnerView):
 
 
 class HeartbeatView(RunnerView):
-    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EpochIn, responses=schemas.HeartbeatOut)
     def post(self, request, run_id: int):
         data = EpochIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -238,7 +237,7 @@ class StepPlanView(RunnerView):
         args = serializers.JSONField(required=False, default=dict)
         parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
 
-    @extend_schema(request=StepPlanInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=StepPlanInputSerializer, responses={201: schemas.StepPlannedOut})
     def post(self, request, run_id: int):
         data = self.StepPlanInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -263,7 +262,7 @@ class StepPlanView(RunnerView):
 
 
 class StepDispatchView(RunnerView):
-    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EpochIn, responses=schemas.StepDispatchedOut)
     def post(self, request, run_id: int, seq: int):
         data = EpochIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -295,7 +294,7 @@ class StepCompleteView(RunnerView):
             max_length=10_000,
         )
 
-    @extend_schema(request=StepCompleteInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=StepCompleteInputSerializer, responses=schemas.StepCompletedOut)
     def post(self, request, run_id: int, seq: int):
         data = self.StepCompleteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -326,7 +325,7 @@ class FinishView(RunnerView):
         error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="", max_length=64)
         detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
 
-    @extend_schema(request=FinishInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=FinishInputSerializer, responses=schemas.FinishOut)
     def post(self, request, run_id: int):
         data = self.FinishInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -361,7 +360,7 @@ class ChildTaskView(RunnerView):
         input = serializers.JSONField()
         agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
 
-    @extend_schema(request=ChildTaskInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=ChildTaskInputSerializer, responses={201: schemas.ChildTaskOut})
     def post(self, request, run_id: int):
         data = self.ChildTaskInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -405,7 +404,7 @@ class EventListView(BaseAPIView):
             OpenApiParameter("task", int, description="Only this task's events."),
             OpenApiParameter("limit", int),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=schemas.EventPageOut,
     )
     def get(self, request):
         after = int_param(request, "after") or 0

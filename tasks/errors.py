@@ -139,3 +139,13 @@ class ScopeChanged(ServiceError):
 class Throttled(ServiceError):
     code = "throttled"
     status_code = 429
+
+
+def not_found(request, exception=None):
+    """`handler404`: under /api/ an unknown path is the API's error shape (`not_found`), not an HTML page."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"code": "not_found", "detail": "There is no such API path."}, status=404)
+    return page_not_found(request, exception)
