@@ -275,7 +275,15 @@ CACHES = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Recovery console API",
-    "DESCRIPTION": "Operator API and runner API of the recovery console.",
+    "DESCRIPTION": (
+        "Operator API and runner API of the recovery console.\n\n"
+        "Payloads (tool arguments and results, run input) are JSON in a wire form whose strings and keys are plain "
+        "text. An object whose only key is `$text` holds a string with NUL or a lone surrogate (its JSON escape "
+        'form, ASCII, without quotes: `{"$text": "a\\\\u0000b"}`); `$bytes` holds bytes as base64; `$object` holds '
+        "[key, value] pairs of an object whose keys are not plain text or that would read as a tag. Plain JSON "
+        "with such strings is accepted and answered in this canonical form. Errors are "
+        '`{"code", "detail", ...}` with a stable code.'
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"RecoveryModeEnum": "tasks.models.RecoveryMode"},
