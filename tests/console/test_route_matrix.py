@@ -326,3 +326,24 @@ def test_every_route_answers_its_documented_status_and_leaks_nothing(scenario, p
                     leaks.append(f"{where}: {principal} ({response.status_code}) saw {marker}")
     assert not wrong, "\n".join(wrong)
     assert not leaks, "\n".join(leaks)
+
+
+def _overlong(body: dict) -> dict:
+    return {k: ("x" * 100_000 if isinstance(v, str) else v) for k, v in body.items()}
+
+
+def test_overlong_form_and_api_fields_are_refused_or_kept_never_a_500(scenario):
+    """Every write route's text fields at 100,000 characters: a 4xx (or a 2xx where the text is kept whole)."""
+    for name in sorted(routes()):
+        row = row_for(name)
+        if row.method != "POST" or not any(isinstance(v, str) for v in row.body.values()) or row.fresh:
+            continue
+        url = reverse(name, kwargs={k: scenario.ids[k] for k in row.kwargs})
+        client = scenario.clients[row.kind]["admin"]
+        with transaction.atomic():
+            if row.kind in ("api", "runner"):
+                response = client.post(url, _overlong(row.body), format="json")
+            else:
+                response = client.post(url, _overlong(row.body), HTTP_HX_REQUEST="true")
+            transaction.set_rollback(True)
+        assert response.status_code < 500, (name, response.status_code)
