@@ -7,20 +7,57 @@ import asyncio
 import json
 import logging
 import random
+import time
 from urllib.parse import parse_qs
 
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.utils import timezone
 
 from console import live
 from console.relay import relay
+from tasks import payloads
 
 log = logging.getLogger("console.consumers")
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+# Resync requests beyond the budget below: the page asked for more full redraws than any page needs.
+CLOSE_THROTTLED = 4429
+# A page asks once per (re)connect; a burst of this many is allowed, then one per RESYNC_REFILL_SECONDS.
+RESYNC_BURST = 5
+RESYNC_REFILL_SECONDS = 2.0
+MAX_CURSOR = 2**63 - 1
+
+
+def cursor_value(raw) -> int:
+    """An event id a page says it reflects: anything that is not a sane non-negative integer is 0."""
+    if isinstance(raw, bool):
+        return 0
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+        raw = int(raw)
+    return raw if isinstance(raw, int) and 0 <= raw <= MAX_CURSOR else 0
+
+
+class ResyncBudget:
+    """A token bucket per socket (a socket lives in one process, so memory is the right place)."""
+
+    def __init__(self, burst: int = RESYNC_BURST, refill: float = RESYNC_REFILL_SECONDS, clock=time.monotonic):
+        self.burst, self.refill, self.clock = burst, refill, clock
+        self.tokens, self.at = float(burst), clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) / self.refill)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -28,24 +65,28 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def connect(self):
         self.obj_id = self.scope["url_route"]["kwargs"].get("obj_id")
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
+        query = parse_qs(self.scope.get("query_string", b"").decode("utf-8", "replace"))
+        # A search with what text cannot hold matches nothing anyone typed: it is dropped, never looked up.
+        q = (query.get("q") or [""])[0][:200]
+        self.filters = {"state": (query.get("state") or ["all"])[0][:32], "q": q if payloads.is_plain(q) else ""}
         self.subscribed = False
         self.watchdog = None
+        self.resyncs = ResyncBudget()
         # The newest event the page is known to reflect: the page says so in the URL
         # (and again in each resync), so a batch it already shows is never pushed.
-        try:
-            self.page_cursor = int((query.get("after") or ["0"])[0])
-        except ValueError:
-            self.page_cursor = 0
+        self.page_cursor = cursor_value((query.get("after") or ["0"])[0])
         self.user = await get_user(self.scope)
         await self.accept()
         if not self.user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        self.session_expires_at = None
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
         if not access.ok:
             await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if not await self.session_alive():
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
@@ -87,16 +128,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None):
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not isinstance(message, dict):
             return
         if message.get("type") != "resync" or not self.subscribed:
             return
-        try:
-            after = int(message.get("last_event") or 0)
-        except (TypeError, ValueError):
-            after = 0
+        if not self.resyncs.take():
+            log.warning("closing a socket of %s: too many resync requests", self.user)
+            relay.unsubscribe(self)
+            self.subscribed = False
+            await self.close(code=CLOSE_THROTTLED)
+            return
+        after = cursor_value(message.get("last_event"))
         reconnect = bool(message.get("reconnect"))
         self.page_cursor = max(self.page_cursor, after)
         html, cursor = await database_sync_to_async(self._resync)(after, reconnect)
@@ -113,9 +157,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor
 
+    async def session_alive(self) -> bool:
+        """Whether the session this socket opened with still signs its user in (console.live.session_state)."""
+        session = self.scope.get("session")
+        state = await database_sync_to_async(live.session_state)(getattr(session, "session_key", None), self.user)
+        self.session_expires_at = state.expires_at
+        return state.valid
+
     async def recheck_access(self) -> bool:
-        """Re-read this user's access; close with 4403 if it is gone. Returns whether it remains."""
+        """Re-read this user's session and access; close with 4401 (signed out, password changed, session expired)
+        or 4403 (access gone). Returns whether the socket remains."""
         if not self.subscribed:
+            return False
+        if not await self.session_alive():
+            relay.unsubscribe(self)
+            self.subscribed = False
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return False
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
         if not access.ok:
@@ -133,11 +190,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """
         interval = float(settings.CONSOLE_LIVE_RECHECK_SECONDS)
         try:
-            await asyncio.sleep(random.uniform(0, interval))  # spread sockets opened together
+            await asyncio.sleep(self._until_next(random.uniform(0, interval)))  # spread sockets opened together
             while await self.recheck_access():
-                await asyncio.sleep(interval)
+                await asyncio.sleep(self._until_next(interval))
         except asyncio.CancelledError:
             pass
+
+    def _until_next(self, interval: float) -> float:
+        """The next recheck: after `interval`, or the moment the session expires if that comes first."""
+        if self.session_expires_at is None:
+            return interval
+        left = (self.session_expires_at - timezone.now()).total_seconds()
+        return max(0.0, min(interval, left + 0.01))
 
 
 class BoardConsumer(LiveConsumer):

@@ -6,8 +6,10 @@ a reload draw the same HTML.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Max
+from django.utils.crypto import constant_time_compare
 from django.utils.html import escape
 
 from console import cards
@@ -88,6 +90,33 @@ def fresh(user):
     """Drop cached memberships, so a role change or removal is seen."""
     user.__dict__.pop("_console_memberships", None)
     return user
+
+
+@dataclass(frozen=True)
+class SessionState:
+    valid: bool
+    expires_at: datetime | None = None
+
+
+def session_state(session_key: str | None, user) -> SessionState:
+    """Whether the session a socket was opened with still signs `user` in: it exists (not signed out), has not
+    expired, and carries the user's current password hash (a password change ends every other session)."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
+
+    if not session_key or not getattr(user, "is_authenticated", False):
+        return SessionState(False)
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    data = store.load()  # {} and no key when the session is missing or expired
+    if store.session_key is None or str(data.get(SESSION_KEY)) != str(user.pk):
+        return SessionState(False)
+    current = type(user).objects.filter(pk=user.pk, is_active=True).first()
+    stored = data.get(HASH_SESSION_KEY) or ""
+    if current is None or not constant_time_compare(stored, current.get_session_auth_hash()):
+        return SessionState(False)
+    return SessionState(True, store.get_expiry_date())
 
 
 def check_access(user, page: str, obj_id: int | None) -> Access:

@@ -16,6 +16,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console import live, ops
+from console.consumers import CLOSE_THROTTLED, ResyncBudget
+from console.relay import relay
 from tasks.selectors import memberships_of
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -43,33 +45,68 @@ class WorkersConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         self.ticker = None
         self.last_html = ""
+        self.subscribed = False
+        self.org_id = None  # the relay re-checks it for session ends only (tasks.accounts.session_ended)
+        self.resyncs = ResyncBudget()
         self.user = await get_user(self.scope)
         await self.accept()
-        if not self.user.is_authenticated:
+        if not self.user.is_authenticated or not await self.session_alive():
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         if not await database_sync_to_async(lambda: bool(memberships_of(live.fresh(self.user))))():
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        await relay.subscribe(self)
+        self.subscribed = True
         self.ticker = asyncio.create_task(self._tick())
 
+    def topics(self) -> list[tuple]:
+        return [("user", self.user.pk)]  # never pushed to: the page re-renders on its timer
+
     async def disconnect(self, code):
+        if self.subscribed:
+            relay.unsubscribe(self)
+            self.subscribed = False
         if self.ticker:
             self.ticker.cancel()
+
+    async def session_alive(self) -> bool:
+        session = self.scope.get("session")
+        state = await database_sync_to_async(live.session_state)(getattr(session, "session_key", None), self.user)
+        return state.valid
+
+    async def recheck_access(self) -> bool:
+        """The relay's call when this person's session ended elsewhere: close at once if it was this one."""
+        if await self.session_alive():
+            return True
+        await self._close(CLOSE_UNAUTHENTICATED)
+        return False
+
+    async def _close(self, code: int) -> None:
+        if self.subscribed:
+            relay.unsubscribe(self)
+            self.subscribed = False
+        await self.close(code=code)
 
     async def receive(self, text_data=None, bytes_data=None):
         # The page asks for a resync on every (re)connect: send the current state at once.
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if isinstance(message, dict) and message.get("type") == "resync":
-            await self.refresh(force=True, reconnect=bool(message.get("reconnect")))
+            if not self.resyncs.take():
+                await self._close(CLOSE_THROTTLED)
+                return
+            await self.refresh(force=True, reconnect=message.get("reconnect") is True)
 
     async def refresh(self, *, force: bool = False, reconnect: bool = False) -> bool:
+        if not await self.session_alive():
+            await self._close(CLOSE_UNAUTHENTICATED)
+            return False
         html = await database_sync_to_async(render_update)(self.user, reconnect=reconnect)
         if html is None:
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self._close(CLOSE_FORBIDDEN)
             return False
         if force or html != self.last_html:
             self.last_html = html

@@ -26,6 +26,8 @@ NOTIFY_CHANNEL = "console_events"
 GAP_SECONDS = 30.0  # how long a missing id may still commit (a long transaction)
 BATCH = 500
 ACCESS_EVENTS = ("member_removed", "member_set")
+# A person signed out or changed their password (tasks.accounts.session_ended): re-check their sockets' sessions.
+SESSION_EVENTS = ("session_ended",)
 
 
 def poll_interval() -> float:
@@ -180,9 +182,17 @@ class Relay:
         for consumer in [c for c in self.consumers() if c.org_id in org_ids]:
             await consumer.recheck_access()
 
+    async def recheck_sessions(self, user_ids: set[int]) -> None:
+        """Sessions of these people ended: each of their sockets checks its own session and closes if it is gone."""
+        for consumer in [c for c in self.consumers() if getattr(c.user, "pk", None) in user_ids]:
+            await consumer.recheck_access()
+
     async def dispatch(self, events: list[Event]) -> None:
         """Render each affected page part once per role (or per user for private tasks) and push it."""
         cursor = max(e.pk for e in events)
+        ended = {e.payload.get("user_id") for e in events if e.task_id is None and e.kind in SESSION_EVENTS}
+        if ended:
+            await self.recheck_sessions(ended)
         by_task: dict[int, list[Event]] = defaultdict(list)
         by_org: dict[int, set[int]] = defaultdict(set)
         created: set[int] = set()

@@ -1,10 +1,12 @@
 """Settings for the recovery console, read from the environment (API.md lists the variables)."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR", BASE_DIR / "var"))
@@ -49,6 +51,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "channels",
+    "axes",
     "tasks",
     "recovery",
     "console",
@@ -61,10 +64,31 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # NUL or lone surrogates in a URL, header, cookie or form: 400 before any view looks anything up.
+    "console.middleware.PlainTextInputMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the console's lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one username from one
+# address, that pair is locked for AXES_COOLOFF_TIME; a success resets the count. Attempts are rows in the
+# database, so every web process sees the same count. Admins unlock with `manage.py axes_reset_username NAME`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CONSOLE_LOGIN_FAILURES", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONSOLE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.accounts.lockout"
+AXES_HTTP_RESPONSE_CODE = 429
+# The address is REMOTE_ADDR: behind the proxy, `daphne --proxy-headers` sets it from X-Forwarded-For.
 
 ROOT_URLCONF = "console.urls"
 ASGI_APPLICATION = "console.asgi.application"
@@ -81,6 +105,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.ops.header_alerts",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -155,6 +180,45 @@ SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
+# Content-Security-Policy (Django's own, django.middleware.csp): scripts and styles only from this origin
+# or with the response's nonce (the admin's templates carry it); no inline script, handler or style
+# attribute anywhere in the console (tests/browser/test_headers.py fails on any violation the browser reports).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],  # the live pages' websockets: same origin (ws:/wss:)
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+# Permissions-Policy (django-permissions-policy): the console uses none of these browser features.
+PERMISSIONS_POLICY = {
+    feature: []
+    for feature in (
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "encrypted-media",
+        "fullscreen",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "picture-in-picture",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "usb",
+        "xr-spatial-tracking",
+    )
+}
+
 # Checkpoint payloads (and so request bodies) are bounded at 8 MiB; leave room
 # for the JSON envelope so the 413 comes from our own check with its code.
 CONSOLE_MAX_PAYLOAD = 8 * 1024 * 1024
@@ -186,16 +250,40 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # The server-side boundary of the payload encoding (tasks/payloads.py): strict, bounded, canonical.
+    "DEFAULT_RENDERER_CLASSES": ["tasks.parsers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["tasks.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "tasks.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "tasks.schemas.ConsoleAutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Per person, counted in the database cache so every web process shares one count (tasks/throttles.py).
+    "DEFAULT_THROTTLE_RATES": {
+        "messages": os.environ.get("CONSOLE_MESSAGE_RATE") or "20/min",
+        "notes": os.environ.get("CONSOLE_NOTE_RATE") or "30/min",
+    },
+}
+
+# The cache holds rate-limit counts only; it is a database table (created by migration tasks 0009) so that
+# every web process, on any machine, counts the same requests.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "console_cache",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    }
 }
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Recovery console API",
-    "DESCRIPTION": "Operator API and runner API of the recovery console.",
+    "DESCRIPTION": (
+        "Operator API and runner API of the recovery console.\n\n"
+        "Payloads (tool arguments and results, run input) are JSON in a wire form whose strings and keys are plain "
+        "text. An object whose only key is `$text` holds a string with NUL or a lone surrogate (its JSON escape "
+        'form, ASCII, without quotes: `{"$text": "a\\\\u0000b"}`); `$bytes` holds bytes as base64; `$object` holds '
+        "[key, value] pairs of an object whose keys are not plain text or that would read as a tag. Plain JSON "
+        "with such strings is accepted and answered in this canonical form. Errors are "
+        '`{"code", "detail", ...}` with a stable code.'
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"RecoveryModeEnum": "tasks.models.RecoveryMode"},

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import ops, views
+from console import accounts, ops, views
 from recovery import api as recovery_api
 from tasks import api as tasks_api
 
@@ -85,9 +85,14 @@ urlpatterns = [
     path("workers/", ops.workers_page, name="workers"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics_view, name="metrics"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Sign-in (throttled by django-axes), sign-out and password change; no password reset (no mail is sent).
+    path("accounts/login/", accounts.LoginView.as_view(), name="login"),
+    path("accounts/logout/", accounts.logout, name="logout"),
+    path("accounts/password_change/", accounts.password_change, name="password_change"),
+    path("accounts/password_change/done/", accounts.password_change_done, name="password_change_done"),
     path("admin/", admin.site.urls),
     path("api/", include(api)),
 ]
 
 handler403 = views.forbidden
+handler404 = "tasks.errors.not_found"

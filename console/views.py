@@ -20,7 +20,7 @@ from recovery.fresh import task_start_over as start_over
 from recovery.models import ActionStatus, RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_count, task_detail, task_page
-from tasks import services
+from tasks import services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.models import Agent, Role, Task
@@ -224,6 +224,8 @@ def action_retry(request, action_id: int):
 def action_decide(request, action_id: int):
     _action_or_404(request, action_id)
     try:
+        if request.POST.get("note", "").strip():
+            throttles.check(request, throttles.NOTES)
         recovery_actions.action_decide(
             action_id=action_id,
             user=request.user,
@@ -419,6 +421,7 @@ def task_message(request, task_id: int):
     task = _task_or_404(request, task_id)
     error = None
     try:
+        throttles.check(request, throttles.MESSAGES)
         followups.message_save(user=request.user, task=task, body=request.POST.get("body", ""))
     except ServiceError as exc:
         error = exc

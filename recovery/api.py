@@ -1,20 +1,21 @@
 """The operator API: tasks, runs, actions, decisions, messages (API.md)."""
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, fresh, presenter, repairs, selectors, workspaces
+from recovery import actions, controls, followups, fresh, presenter, repairs, schemas, selectors, workspaces
 from recovery.modes import current_modes, mode_for
 from recovery.presenters import action_data, attempt_data, run_data, task_data
-from tasks import services
+from tasks import services, throttles
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
 from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Agent, RecoveryMode, Role
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
+
+ID_MAX = 2**63 - 1  # ids and versions are 64-bit
 
 TASK_STATES = (
     "needs_decision",
@@ -53,11 +54,13 @@ class TaskListView(OperatorView):
         title = serializers.CharField(max_length=300)
         agent = serializers.CharField(max_length=100)
         input = serializers.JSONField()
-        parent = serializers.IntegerField(required=False, allow_null=True)
-        budget_limit = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+        parent = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=ID_MAX)
+        budget_limit = serializers.IntegerField(
+            required=False, allow_null=True, min_value=0, max_value=services.BUDGET_MAX
+        )
         private = serializers.BooleanField(required=False, default=False)
-        export_destination = serializers.CharField(required=False, allow_blank=True, default="")
-        org = serializers.SlugField(required=False)
+        export_destination = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000)
+        org = serializers.SlugField(required=False, max_length=50)
 
     @extend_schema(
         parameters=[
@@ -66,7 +69,7 @@ class TaskListView(OperatorView):
             OpenApiParameter("cursor", int),
             OpenApiParameter("limit", int),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=schemas.TaskPageOut,
         operation_id="tasks_list",
     )
     def get(self, request):
@@ -82,7 +85,21 @@ class TaskListView(OperatorView):
             paginate(request, [task_data(t) for t in tasks], cursor_param="cursor", cursor_value=next_cursor)
         )
 
-    @extend_schema(request=TaskListInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=TaskListInputSerializer,
+        responses={201: schemas.TaskOut},
+        examples=[
+            OpenApiExample(
+                "a plan of one step",
+                request_only=True,
+                value={
+                    "title": "Write the report",
+                    "agent": "builder",
+                    "input": {"steps": [{"tool": "sleep", "args": {"seconds": 0}}]},
+                },
+            )
+        ],
+    )
     def post(self, request):
         ms = memberships_of(request.user)
         org_slug = request.data.get("org") if isinstance(request.data, dict) else None
@@ -114,7 +131,7 @@ class TaskListView(OperatorView):
 
 
 class TaskDetailView(OperatorView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.TaskDetailOut)
     def get(self, request, task_id: int):
         get_task(request.user, task_id)
         actions.actions_retire_stale(task_id=task_id)
@@ -122,13 +139,13 @@ class TaskDetailView(OperatorView):
 
 
 class RunDetailView(OperatorView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.RunOut)
     def get(self, request, run_id: int):
         return Response(run_data(selectors.run_detail(request.user, run_id)))
 
 
 class RunStopView(OperatorView):
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=None, responses=schemas.RunOut)
     def post(self, request, run_id: int):
         run = get_run(request.user, run_id)
 
@@ -147,7 +164,7 @@ def get_action(user, action_id: int):
 
 
 class ActionDetailView(OperatorView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.ActionOut)
     def get(self, request, action_id: int):
         action = get_action(request.user, action_id)
         actions.actions_retire_stale(task_id=action.task_id)
@@ -155,15 +172,15 @@ class ActionDetailView(OperatorView):
 
 
 class VersionIn(serializers.Serializer):
-    version = serializers.IntegerField()
+    version = serializers.IntegerField(min_value=0, max_value=ID_MAX)
 
 
 class ActionRetryView(OperatorView):
     class ActionRetryInputSerializer(VersionIn):
         accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
-        reason = serializers.CharField(required=False, allow_blank=True, default="")
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=actions.MAX_NOTE)
 
-    @extend_schema(request=ActionRetryInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=ActionRetryInputSerializer, responses={202: schemas.RetryOut})
     def post(self, request, action_id: int):
         get_action(request.user, action_id)
         data = self.ActionRetryInputSerializer(data=request.data)
@@ -190,15 +207,17 @@ class ActionRetryView(OperatorView):
 class ActionDecisionView(OperatorView):
     class ActionDecisionInputSerializer(VersionIn):
         outcome = serializers.ChoiceField(choices=actions.DECISIONS)
-        note = serializers.CharField(required=False, allow_blank=True, default="")
+        note = serializers.CharField(required=False, allow_blank=True, default="", max_length=actions.MAX_NOTE)
         accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
 
-    @extend_schema(request=ActionDecisionInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=ActionDecisionInputSerializer, responses=schemas.ActionOut)
     def post(self, request, action_id: int):
         get_action(request.user, action_id)
         data = self.ActionDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
+        if v["note"].strip():
+            throttles.check(request, throttles.NOTES)
 
         def handle():
             try:
@@ -223,7 +242,7 @@ def _held(held: workspaces.WorkspaceHeld) -> Response:
 
 
 class ActionCancelView(OperatorView):
-    @extend_schema(request=VersionIn, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=VersionIn, responses=schemas.ActionOut)
     def post(self, request, action_id: int):
         get_action(request.user, action_id)
         data = VersionIn(data=request.data)
@@ -239,7 +258,7 @@ class ActionCancelView(OperatorView):
 class TaskPauseView(OperatorView):
     pause = True
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=None, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         task = get_task(request.user, task_id)
 
@@ -259,13 +278,14 @@ class TaskResumeView(TaskPauseView):
 
 class TaskMessagesView(OperatorView):
     class MessageInputSerializer(serializers.Serializer):
-        body = serializers.CharField(allow_blank=True, trim_whitespace=False)
+        body = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=followups.MAX_BODY)
 
-    @extend_schema(request=MessageInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=MessageInputSerializer, responses={201: schemas.MessageOut})
     def post(self, request, task_id: int):
         task = get_task(request.user, task_id)
         data = self.MessageInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        throttles.check(request, throttles.MESSAGES)
 
         def handle():
             message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])
@@ -286,7 +306,7 @@ class TaskOwnerView(OperatorView):
         agent = serializers.CharField(max_length=100)
         reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
-    @extend_schema(request=OwnerInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=OwnerInputSerializer, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.OwnerInputSerializer(data=request.data)
@@ -304,7 +324,7 @@ class TaskContinueView(OperatorView):
     class ContinueInputSerializer(serializers.Serializer):
         note = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
-    @extend_schema(request=ContinueInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=ContinueInputSerializer, responses={202: schemas.QueuedRunOut})
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.ContinueInputSerializer(data=request.data)
@@ -327,7 +347,7 @@ class TaskCloseView(OperatorView):
         resolution = serializers.ChoiceField(choices=("done", "cancelled"))
         reason = serializers.CharField(max_length=500)
 
-    @extend_schema(request=CloseInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=CloseInputSerializer, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.CloseInputSerializer(data=request.data)
@@ -345,7 +365,7 @@ class TaskReopenView(OperatorView):
     class ReopenInputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=500)
 
-    @extend_schema(request=ReopenInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=ReopenInputSerializer, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.ReopenInputSerializer(data=request.data)
@@ -363,7 +383,7 @@ class TaskBudgetView(OperatorView):
         limit = serializers.IntegerField(allow_null=True, min_value=0, max_value=controls.BUDGET_MAX)
         reason = serializers.CharField(max_length=500)
 
-    @extend_schema(request=BudgetInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=BudgetInputSerializer, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.BudgetInputSerializer(data=request.data)
@@ -379,10 +399,14 @@ class TaskBudgetView(OperatorView):
 
 class TaskDependenciesView(OperatorView):
     class DependenciesInputSerializer(serializers.Serializer):
-        add = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
-        remove = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+        add = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=ID_MAX), required=False, max_length=100
+        )
+        remove = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=ID_MAX), required=False, max_length=100
+        )
 
-    @extend_schema(request=DependenciesInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=DependenciesInputSerializer, responses=schemas.TaskDetailOut)
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.DependenciesInputSerializer(data=request.data)
@@ -402,7 +426,7 @@ class TaskStartOverView(OperatorView):
     class StartOverInputSerializer(serializers.Serializer):
         accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
 
-    @extend_schema(request=StartOverInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=StartOverInputSerializer, responses={202: schemas.QueuedRunOut})
     def post(self, request, task_id: int):
         get_task(request.user, task_id)
         data = self.StartOverInputSerializer(data=request.data)
@@ -509,7 +533,7 @@ class ActionRepairView(OperatorView):
         # The run the confirmation was about: a confirmation for another run is stale.
         run = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
 
-    @extend_schema(request=RepairInputSerializer, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=RepairInputSerializer, responses={202: schemas.RepairResultOut})
     def post(self, request, action_id: int):
         get_action(request.user, action_id)
         data = self.RepairInputSerializer(data=request.data)
@@ -533,7 +557,7 @@ class ActionRepairTaskView(OperatorView):
         return_owner = serializers.CharField(required=False, allow_blank=True, default="", max_length=150)
         input = serializers.JSONField(required=False)
 
-    @extend_schema(request=RepairTaskInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=RepairTaskInputSerializer, responses={201: schemas.TaskDetailOut})
     def post(self, request, action_id: int):
         get_action(request.user, action_id)
         data = self.RepairTaskInputSerializer(data=request.data)
@@ -611,7 +635,7 @@ def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
 class TaskWorkspaceView(OperatorView):
     @extend_schema(
         parameters=[OpenApiParameter("held", int, description="List a held copy of the workspace instead.")],
-        responses=OpenApiTypes.OBJECT,
+        responses=schemas.WorkspaceOut,
     )
     def get(self, request, task_id: int):
         task = get_task(request.user, task_id)

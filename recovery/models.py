@@ -36,7 +36,7 @@ class RecoveryAction(models.Model):
     cause = models.CharField(max_length=64)
     evidence = models.JSONField(default=dict)
     # The step an unknown-outcome action is about.
-    seq = models.PositiveIntegerField(null=True, blank=True)
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
     original_owner = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     # Who owns the next move: a role (`role:operator`, `role:admin`) or a person (`user:<name>`).
     recovery_owner = models.CharField(max_length=150, blank=True)

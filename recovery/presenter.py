@@ -1169,3 +1169,19 @@ def workspace_view(state) -> WorkspaceView:
         else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
     )
     return WorkspaceView(state.path, hold, export, files, copies, empty, counts)
+
+
+# --- sign-in and limits (SECURITY.md) ---------------------------------------------------------------
+
+
+def lockout_text(*, failures: int, cooloff_minutes: int | None) -> str:
+    """The sign-in page after too many failed attempts (django-axes). It says what happened and what lifts it."""
+    wait = (
+        f"Try again in {cooloff_minutes} minute{'s' if cooloff_minutes != 1 else ''}, or ask"
+        if cooloff_minutes
+        else "Ask"
+    )
+    return (
+        f"Signing in is locked for this account from this address after {failures} failed attempts. "
+        f"{wait} an admin of your organization to unlock it now."
+    )

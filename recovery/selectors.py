@@ -94,13 +94,18 @@ def attach_current_runs(tasks: list[Task]) -> None:
         t.current_run = runs.get(getattr(t, "current_run_id", None))
 
 
+MAX_QUERY = 200  # characters of a search that are used
+
+
 def _task_queryset(user, *, state: str, q: str):
     qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
-    q = (q or "").strip()
+    q = (q or "").strip()[:MAX_QUERY]
     if q:
         number = q.lstrip("#")
-        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(number))) if number.isdigit() else qs.filter(title__icontains=q)
+        # ASCII digits only: "²".isdigit() is true and int() refuses it; a task id has at most 18 digits.
+        is_id = number.isascii() and number.isdigit() and len(number) <= 18
+        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(number))) if is_id else qs.filter(title__icontains=q)
     return qs
 
 

@@ -77,3 +77,63 @@ def token_issue(*, username: str | None = None, worker: str | None = None, org: 
             raise NotFound(f"No user {username!r}.")
         ApiToken.objects.create(digest=ApiToken.hash(key), user=user)
     return key
+
+
+SESSION_ENDED = "session_ended"
+
+
+@transaction.atomic
+def session_ended(*, user, reason: str) -> None:
+    """A person's session ended (signed out, password changed): every web process re-checks that person's
+    live sockets at once, and closes those whose session is gone (console/relay.py reads this event).
+
+    One event per organization of the person (events belong to one); it names the person, never the session.
+    """
+    for org_id in Membership.objects.filter(user=user).values_list("org_id", flat=True):
+        event_append(
+            org_id=org_id,
+            kind=SESSION_ENDED,
+            actor=user,
+            payload={"user_id": user.pk, "username": user.get_username(), "reason": reason},
+        )
+
+
+@transaction.atomic
+def token_revoke(
+    *,
+    key: str | None = None,
+    username: str | None = None,
+    worker: str | None = None,
+    org: Organization | None = None,
+    actor="cli",
+) -> int:
+    """Revoke API tokens: one by its key, or every token of a person or of a worker identity. Returns how many.
+
+    Revocation is immediate: every request looks its token up. Only digests are kept, so a key is found by its digest.
+    """
+    tokens = ApiToken.objects.all()
+    if key:
+        tokens = tokens.filter(digest=ApiToken.hash(key))
+    elif username:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise NotFound(f"No user {username!r}.")
+        tokens = tokens.filter(user=user)
+    elif worker:
+        if org is None:
+            raise Invalid("A worker's tokens are named by the worker and its organization.")
+        tokens = tokens.filter(worker__org=org, worker__name=worker)
+    else:
+        raise Invalid("Name a key, a user or a worker.")
+    revoked = list(tokens.select_related("worker", "user"))
+    for token in revoked:
+        whose = {"worker": token.worker.name} if token.worker_id else {"username": token.user.get_username()}
+        org_ids = (
+            [token.worker.org_id]
+            if token.worker_id
+            else list(Membership.objects.filter(user_id=token.user_id).values_list("org_id", flat=True))
+        )
+        for org_id in org_ids:
+            event_append(org_id=org_id, kind="token_revoked", actor=actor, payload={**whose, "token": token.pk})
+    ApiToken.objects.filter(pk__in=[t.pk for t in revoked]).delete()
+    return len(revoked)

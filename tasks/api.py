@@ -6,15 +6,14 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks import services
+from tasks import schemas, services
 from tasks.auth import IsPerson, IsWorker
-from tasks.errors import IdempotencyConflict, PayloadTooLarge, ServiceError
+from tasks.errors import IdempotencyConflict, Invalid, PayloadTooLarge, ServiceError
 from tasks.models import IdempotencyRecord, Message, Run, Step, Worker
 from tasks.selectors import visible_events
 
@@ -43,6 +42,9 @@ def _fingerprint(request) -> str:
     return hashlib.sha256(f"{request.method} {request.path}\n{canonical}".encode()).hexdigest()
 
 
+MAX_IDEMPOTENCY_KEY = IdempotencyRecord._meta.get_field("key").max_length
+
+
 def idempotent(request, handler) -> Response:
     """Run `handler` once per Idempotency-Key.
 
@@ -55,7 +57,13 @@ def idempotent(request, handler) -> Response:
     key = request.headers.get("Idempotency-Key")
     if not key:
         return handler()
-    key = key[:200]
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        # Never truncated: two different long keys would collide and replay each other's response.
+        raise Invalid(
+            f"An Idempotency-Key holds at most {MAX_IDEMPOTENCY_KEY} characters; this one has {len(key)}.",
+            code="invalid",
+            field="Idempotency-Key",
+        )
     principal = _principal(request.user)
     fingerprint = _fingerprint(request)
 
@@ -194,7 +202,7 @@ class ClaimView(RunnerView):
     class ClaimInputSerializer(serializers.Serializer):
         worker = serializers.CharField(max_length=100, required=False, allow_blank=True)
 
-    @extend_schema(request=ClaimInputSerializer, responses={200: OpenApiTypes.OBJECT, 204: None})
+    @extend_schema(request=ClaimInputSerializer, responses={200: schemas.ClaimOut, 204: None})
     def post(self, request):
         data = self.ClaimInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -209,7 +217,7 @@ class ClaimView(RunnerView):
 
 
 class HeartbeatView(RunnerView):
-    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EpochIn, responses=schemas.HeartbeatOut)
     def post(self, request, run_id: int):
         data = EpochIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -224,12 +232,12 @@ class HeartbeatView(RunnerView):
 class StepPlanView(RunnerView):
     class StepPlanInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
-        seq = serializers.IntegerField(min_value=1)
+        seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ)
         tool = serializers.CharField(max_length=100)
         args = serializers.JSONField(required=False, default=dict)
-        parent_seq = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
 
-    @extend_schema(request=StepPlanInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=StepPlanInputSerializer, responses={201: schemas.StepPlannedOut})
     def post(self, request, run_id: int):
         data = self.StepPlanInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -254,7 +262,7 @@ class StepPlanView(RunnerView):
 
 
 class StepDispatchView(RunnerView):
-    @extend_schema(request=EpochIn, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EpochIn, responses=schemas.StepDispatchedOut)
     def post(self, request, run_id: int, seq: int):
         data = EpochIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -274,7 +282,9 @@ class StepCompleteView(RunnerView):
         ok = serializers.BooleanField()
         result = serializers.JSONField(required=False, allow_null=True, default=None)
         error = serializers.CharField(required=False, allow_null=True, allow_blank=True, default="")
-        usage = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
+        usage = serializers.IntegerField(
+            required=False, allow_null=True, min_value=0, max_value=services.MAX_USAGE, default=None
+        )
         result_too_large = serializers.BooleanField(required=False, default=False)
         # Workspace-relative paths the step changed; the server reads them on disk itself.
         files = serializers.ListField(
@@ -284,7 +294,7 @@ class StepCompleteView(RunnerView):
             max_length=10_000,
         )
 
-    @extend_schema(request=StepCompleteInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=StepCompleteInputSerializer, responses=schemas.StepCompletedOut)
     def post(self, request, run_id: int, seq: int):
         data = self.StepCompleteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -312,10 +322,10 @@ class FinishView(RunnerView):
     class FinishInputSerializer(serializers.Serializer):
         epoch = serializers.IntegerField()
         status = serializers.CharField()
-        error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
+        error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="", max_length=64)
         detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
 
-    @extend_schema(request=FinishInputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=FinishInputSerializer, responses=schemas.FinishOut)
     def post(self, request, run_id: int):
         data = self.FinishInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -350,7 +360,7 @@ class ChildTaskView(RunnerView):
         input = serializers.JSONField()
         agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
 
-    @extend_schema(request=ChildTaskInputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=ChildTaskInputSerializer, responses={201: schemas.ChildTaskOut})
     def post(self, request, run_id: int):
         data = self.ChildTaskInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -394,7 +404,7 @@ class EventListView(BaseAPIView):
             OpenApiParameter("task", int, description="Only this task's events."),
             OpenApiParameter("limit", int),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=schemas.EventPageOut,
     )
     def get(self, request):
         after = int_param(request, "after") or 0

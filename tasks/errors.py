@@ -91,7 +91,10 @@ _DRF_CODES = {
 def exception_handler(exc, context):
     """Every API error is `{"code", "detail", ...}` with the right status."""
     if isinstance(exc, ServiceError):
-        return Response(exc.as_dict(), status=exc.status_code)
+        response = Response(exc.as_dict(), status=exc.status_code)
+        if exc.extra.get("retry_after"):
+            response["Retry-After"] = str(exc.extra["retry_after"])
+        return response
     if isinstance(exc, RequestDataTooBig):
         return Response(
             {"code": "payload_too_large", "detail": "The request body is larger than 8 MiB."},
@@ -136,3 +139,13 @@ class ScopeChanged(ServiceError):
 class Throttled(ServiceError):
     code = "throttled"
     status_code = 429
+
+
+def not_found(request, exception=None):
+    """`handler404`: under /api/ an unknown path is the API's error shape (`not_found`), not an HTML page."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"code": "not_found", "detail": "There is no such API path."}, status=404)
+    return page_not_found(request, exception)

@@ -132,8 +132,9 @@ class Task(models.Model):
     )
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.TODO)
     paused = models.BooleanField(default=False)
-    budget_limit = models.PositiveIntegerField(null=True, blank=True)
-    budget_used = models.PositiveIntegerField(default=0)
+    # 64-bit: a budget is a sum of every step's usage, which grows by itself.
+    budget_limit = models.PositiveBigIntegerField(null=True, blank=True)
+    budget_used = models.PositiveBigIntegerField(default=0)
     private = models.BooleanField(default=False)
     workspace = models.CharField(max_length=1000, blank=True)
     export_destination = models.CharField(max_length=1000, blank=True)
@@ -276,16 +277,17 @@ class RecoveryMode(models.TextChoices):
 
 class Step(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
-    seq = models.PositiveIntegerField()
+    # 64-bit: nested calls are numbered parent_seq * 100000 + position, which passes 2**31 two levels down.
+    seq = models.PositiveBigIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
-    parent_seq = models.PositiveIntegerField(null=True, blank=True)
+    parent_seq = models.PositiveBigIntegerField(null=True, blank=True)
     tool = models.CharField(max_length=100)
     args = models.JSONField(default=dict)
     recovery_mode = models.CharField(max_length=8, choices=RecoveryMode.choices)
     phase = models.CharField(max_length=12, choices=StepPhase.choices, default=StepPhase.PLANNED)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
-    usage = models.PositiveIntegerField(default=0)
+    usage = models.PositiveBigIntegerField(default=0)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by")
     dispatch_epoch = models.PositiveIntegerField(null=True, blank=True)
     planned_at = models.DateTimeField()
@@ -446,7 +448,7 @@ class WorkspaceFile(models.Model):
     # The step that wrote it (kept as numbers too: checkpoints are purged after 30 days).
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     run_id_seen = models.PositiveBigIntegerField(null=True, blank=True)
-    seq = models.PositiveIntegerField(null=True, blank=True)
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
     tool = models.CharField(max_length=100, blank=True)
     # "step" (a completed step), "decision" (a step a person declared performed), "reconcile" (adopted by an
     # admin's repair), "baseline" (in the workspace when its chain's first run was claimed).

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from tasks import lifecycle
+from tasks import lifecycle, payloads
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import event_append
@@ -34,7 +34,7 @@ from tasks.models import (
     Worker,
 )
 from tasks.modes import mode_for
-from tasks.selectors import task_facts
+from tasks.selectors import task_facts, visible_tasks
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
@@ -47,6 +47,10 @@ from tasks.workspace import (
 )
 
 MAX_PLAN_STEPS = 10_000
+# Integer bounds of what is stored (64-bit columns), so out-of-range input is a 400, never a database error.
+MAX_SEQ = 2**62  # nested steps are numbered parent_seq * 100000 + position
+MAX_USAGE = 2**31 - 1  # one step's usage; the task's budget_used (their sum) is 64-bit
+BUDGET_MAX = 2**62
 
 
 def payload_size(value) -> int:
@@ -56,6 +60,16 @@ def payload_size(value) -> int:
 def _check_payload(value, what: str) -> None:
     if payload_size(value) > settings.CONSOLE_MAX_PAYLOAD:
         raise PayloadTooLarge(f"The {what} is larger than 8 MiB; nothing was saved.")
+
+
+def _stored(value, what: str):
+    """`value` in the form it is saved in (tasks.payloads: NUL, lone surrogates and bytes tagged), size-checked."""
+    try:
+        value = payloads.canonical(value)
+    except payloads.PayloadError as exc:
+        raise Invalid(f"The {what} cannot be saved: {exc}.") from None
+    _check_payload(value, what)
+    return value
 
 
 def lease_delta() -> timedelta:
@@ -75,7 +89,7 @@ def validate_plan(plan) -> list[dict]:
     for i, step in enumerate(steps, start=1):
         if not isinstance(step, dict) or not isinstance(step.get("tool"), str) or not step["tool"]:
             raise Invalid(f"Step {i} needs a `tool` name.", field="input")
-        if not isinstance(step.get("args", {}), dict):
+        if not payloads.is_object(step.get("args", {})):
             raise Invalid(f"Step {i}: `args` must be an object.", field="input")
     return steps
 
@@ -102,18 +116,22 @@ def task_create(
     title = (title or "").strip()
     if not title:
         raise Invalid("A task needs a title.", field="title")
+    input = _stored(input, "task input")
     validate_plan(input)
-    _check_payload(input, "task input")
     agent_obj = Agent.objects.filter(org=org, name=agent).first()
     if agent_obj is None:
         raise Invalid(f"No agent named {agent!r} in this organization.", field="agent")
     parent_obj = None
     if parent is not None:
-        parent_obj = Task.objects.filter(org=org, pk=parent).first()
+        # Resolved under the caller's visibility: another person's private task is "no such task", like a missing one.
+        candidates = Task.objects.filter(org=org)
+        if not isinstance(actor, str | Worker) and actor is not None:
+            candidates = visible_tasks(actor).filter(org=org)
+        parent_obj = candidates.filter(pk=parent).first()
         if parent_obj is None:
-            raise Invalid(f"No parent task #{parent} in this organization.", field="parent")
-    if budget_limit is not None and (not isinstance(budget_limit, int) or budget_limit < 0):
-        raise Invalid("`budget_limit` must be a non-negative integer.", field="budget_limit")
+            raise NotFound(f"No task #{parent}.", field="parent")
+    if budget_limit is not None and (not isinstance(budget_limit, int) or not 0 <= budget_limit <= BUDGET_MAX):
+        raise Invalid(f"`budget_limit` must be an integer from 0 to {BUDGET_MAX}.", field="budget_limit")
     if export_destination and (problem := destination_problem(export_destination, exporting=False)):
         raise Invalid(problem, field="export_destination")
     task = Task.objects.create(
@@ -306,15 +324,15 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     `seq` is refused.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise Invalid("`seq` must be a positive integer.", field="seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        raise Invalid(f"`seq` must be an integer from 1 to {MAX_SEQ}.", field="seq")
     if not isinstance(tool, str) or not tool:
         raise Invalid("`tool` must be a tool name.", field="tool")
     if args is None:
         args = {}
-    if not isinstance(args, dict):
+    args = _stored(args, "step arguments")
+    if not payloads.is_object(args):
         raise Invalid("`args` must be an object.", field="args")
-    _check_payload(args, "step arguments")
     parent = None
     if parent_seq is not None:
         parent = Step.objects.filter(run=run, seq=parent_seq).first()
@@ -431,10 +449,10 @@ def step_complete(
         raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
     if usage is None:
         usage = 1
-    if not isinstance(usage, int) or isinstance(usage, bool) or usage < 0:
-        raise Invalid("`usage` must be a non-negative integer.", field="usage")
-    _check_payload(result, "step result")
-    error = "" if error is None else str(error)[:10_000]
+    if not isinstance(usage, int) or isinstance(usage, bool) or not 0 <= usage <= MAX_USAGE:
+        raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
+    result = _stored(result, "step result")
+    error = "" if error is None else payloads.readable(str(error))[:10_000]
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
         phase=phase,
         result=None if result_too_large else result,

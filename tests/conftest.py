@@ -24,6 +24,18 @@ def fresh_workspaces(settings):
     yield
 
 
+@pytest.fixture(autouse=True)
+def fresh_rate_limits(request, django_db_blocker):
+    """Rate-limit counts live in the database cache, which a transactional test's flush does not empty
+    (and user ids repeat after it on SQLite): a test that used the database leaves the cache empty."""
+    yield
+    if {"db", "transactional_db"} & set(request.fixturenames) or request.node.get_closest_marker("django_db"):
+        from django.core.cache import cache
+
+        with django_db_blocker.unblock():
+            cache.clear()
+
+
 @pytest.fixture
 def org(db):
     return make_org("acme")

@@ -35,7 +35,8 @@
   });
   document.addEventListener("htmx:wsClose", function (e) {
     var code = e.detail.event && e.detail.event.code;
-    if (code === 4403 || code === 4401) { show("stopped"); return; }
+    // 4401 signed out, 4403 access gone, 4429 too many resyncs: the server will not take this page back.
+    if (code === 4403 || code === 4401 || code === 4429) { show("stopped"); return; }
     failures += 1;
     // A socket that cannot even open again means the server is not answering.
     show(failures > 1 || navigator.onLine === false ? "unreachable" : "reconnecting");

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from tasks import payloads
+
 log = logging.getLogger("tasks.worker")
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # the server refuses a larger step result with 413
@@ -157,7 +159,7 @@ class RunnerClient:
                 raise PayloadTooLarge(413, {"code": "payload_too_large", "detail": "step result exceeds 8 MiB"})
             body["result"] = result
         if error is not None:
-            body["error"] = error
+            body["error"] = payloads.readable(error)
         if usage is not None:
             body["usage"] = usage
         if result_too_large:
@@ -171,7 +173,7 @@ class RunnerClient:
         if error_code:
             body["error_code"] = error_code
         if detail:
-            body["detail"] = detail
+            body["detail"] = payloads.readable(detail)
         return self._post(f"/api/runner/runs/{run}/finish/", body) or {}
 
     # --- transport -------------------------------------------------------

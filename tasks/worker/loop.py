@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from tasks import payloads
 from tasks.batches import Batch, item_args, item_seq, parse_batch
 from tasks.worker.client import NotEligible, PayloadTooLarge, RunnerClient, RunnerError, StaleLease
 from tasks.worker.faults import Faults
@@ -492,8 +493,9 @@ class RunExecutor:
         """(ok, result, error, interrupted). Any exception from a tool is a failed step."""
         ctx = ToolContext(workspace=self.workspace or "", cancel=self.heartbeat.cancel, abandon=self.abandon)
         try:
-            result = run_tool(tool, args, ctx)
-            json.dumps(result)  # a result that cannot be checkpointed is a failure, not a crash
+            # The tool boundary of the payload encoding: tools see bytes and any text; checkpoints hold the wire form.
+            # A result that has no wire form cannot be checkpointed: a failure, not a crash.
+            result = payloads.encode(run_tool(tool, payloads.decode(args), ctx))
         except ToolInterrupted as exc:
             return False, None, str(exc), True
         except ToolError as exc:

@@ -186,6 +186,17 @@ def _str_arg(args: Mapping[str, Any], name: str, *, required: bool = True, defau
     return value
 
 
+def _os_bytes(value: str | bytes, name: str) -> bytes:
+    """Text as UTF-8 for a file or a shell; a lone surrogate U+DC80..U+DCFF stands for the raw byte it escapes
+    (Python's `surrogateescape`, as for file names). Other lone surrogates name no byte: refused."""
+    if isinstance(value, bytes):
+        return value
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"argument {name!r} holds a lone surrogate that stands for no byte: {exc}") from None
+
+
 def _number_arg(args: Mapping[str, Any], name: str, default: float | None = None) -> float:
     value = args.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -198,8 +209,7 @@ def _number_arg(args: Mapping[str, Any], name: str, default: float | None = None
 
 def file_read(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     root, real = resolve(ctx.workspace, _str_arg(args, "path"))
-    content = _read_bytes(root, real).decode("utf-8", errors="replace")
-    return {"content": content}
+    return {"content": text_or_bytes(_read_bytes(root, real))}
 
 
 def list_files(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
@@ -226,10 +236,13 @@ def list_files(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
 
 def file_write(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     root, real = resolve(ctx.workspace, _str_arg(args, "path"))
-    content = _str_arg(args, "content")
+    content = args.get("content")
+    # Bytes come from a `{"$bytes": …}` argument (tasks.payloads): written as they are.
+    if not isinstance(content, str | bytes):
+        raise ToolError("argument 'content' must be a string (or bytes)")
     if os.path.isdir(real):
         raise ToolError(f"{os.path.relpath(real, root)}: is a directory")
-    return {"bytes": _write_bytes(root, real, content.encode("utf-8"))}
+    return {"bytes": _write_bytes(root, real, _os_bytes(content, "content"))}
 
 
 def file_edit(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
@@ -252,9 +265,20 @@ def file_edit(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
 # --- processes and the network ----------------------------------------------
 
 
-def _truncate(data: bytes) -> tuple[str, bool]:
+def text_or_bytes(data: bytes, encoding: str = "utf-8") -> str | bytes:
+    """`data` as text when it is text in `encoding`; otherwise the bytes themselves, kept whole.
+
+    Nothing is replaced: the checkpoint carries bytes as `{"$bytes": …}` (tasks.payloads).
+    """
+    try:
+        return data.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        return data
+
+
+def _truncate(data: bytes) -> tuple[str | bytes, bool]:
     truncated = len(data) > OUTPUT_LIMIT
-    return data[:OUTPUT_LIMIT].decode("utf-8", errors="replace"), truncated
+    return text_or_bytes(data[:OUTPUT_LIMIT]), truncated
 
 
 def _bash_env() -> dict[str, str]:
@@ -263,7 +287,12 @@ def _bash_env() -> dict[str, str]:
 
 def bash(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     """Run `command` with bash in the workspace. A non-zero exit is a result; a timeout is an error."""
-    command = _str_arg(args, "command")
+    command = args.get("command")
+    if not isinstance(command, str | bytes):
+        raise ToolError("argument 'command' must be a string")
+    command = _os_bytes(command, "command")
+    if b"\x00" in command:
+        raise ToolError("argument 'command' must not contain NUL: a shell command cannot hold one")
     timeout = min(_number_arg(args, "timeout", BASH_DEFAULT_TIMEOUT), BASH_MAX_TIMEOUT)
     if timeout <= 0:
         raise ToolError("argument 'timeout' must be positive")
@@ -335,11 +364,7 @@ def _read_response(request: Callable[[httpx.Client], Any]) -> dict:
     except httpx.HTTPError as exc:
         raise ToolError(f"request failed: {type(exc).__name__}: {exc}") from exc
     truncated = len(body) > OUTPUT_LIMIT
-    try:
-        text = bytes(body[:OUTPUT_LIMIT]).decode(encoding, errors="replace")
-    except LookupError:  # a charset Python does not know
-        text = bytes(body[:OUTPUT_LIMIT]).decode("utf-8", errors="replace")
-    result: dict[str, Any] = {"status": status, "body": text}
+    result: dict[str, Any] = {"status": status, "body": text_or_bytes(bytes(body[:OUTPUT_LIMIT]), encoding)}
     if truncated:
         result["truncated"] = True
     return result

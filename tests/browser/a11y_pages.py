@@ -121,6 +121,17 @@ def settings_asking_to_confirm(page: Page) -> None:
     expect(page.locator("details.profile[data-agent='careful'] .confirm")).to_be_visible()
 
 
+def sign_in_locked(page: Page) -> None:
+    """Wrong passwords for one name until django-axes locks it: the sign-in page says so."""
+    from django.conf import settings
+
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        page.get_by_label("Username").fill("mallory")
+        page.get_by_label("Password").fill("not the password")
+        page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("Signing in is locked")
+
+
 @dataclass(frozen=True)
 class Visit:
     name: str
@@ -135,6 +146,9 @@ class Visit:
 
 PAGES: list[Visit] = [
     Visit("sign-in", "/accounts/login/", roles=("anonymous",)),
+    Visit("sign-in locked", "/accounts/login/", roles=("anonymous",), status=200, prepare=sign_in_locked),
+    Visit("change password", "/accounts/password_change/"),
+    Visit("password changed", "/accounts/password_change/done/"),
     *(Visit(f"board: {label}", f"/?state={key}") for key, label in TABS),
     Visit("inbox", "/inbox/"),
     Visit("task: live unknown-outcome card", "/tasks/{unknown_task}/"),

@@ -58,3 +58,23 @@ def sign_in(daphne_server):
         return page
 
     return sign_in
+
+
+@pytest.fixture(autouse=True)
+def no_csp_violations(request):
+    """Every browser test fails on any Content-Security-Policy violation the browser reports (an inline script,
+    handler or style, an eval): the policy (console/settings.py SECURE_CSP) must hold on every page drawn."""
+    if not {"page", "context"} & set(request.fixturenames):
+        yield
+        return
+    context = request.getfixturevalue("context")
+    seen: list[str] = []
+
+    def watch(page):
+        page.on("console", lambda m: seen.append(m.text) if "Content Security Policy" in m.text else None)
+
+    for page in context.pages:
+        watch(page)
+    context.on("page", watch)
+    yield seen
+    assert not seen, "the browser reported Content-Security-Policy violations:\n" + "\n".join(seen)

@@ -22,17 +22,24 @@ def test_create_org_twice_creates_it_once(db):
     assert (org.slug, org.name) == ("acme", "Acme Corp")
 
 
+def signin():
+    """The sign-in request authenticate() is called with (django-axes counts attempts per request)."""
+    from django.test import RequestFactory
+
+    return RequestFactory().post("/accounts/login/")
+
+
 def test_add_member_creates_the_user_sets_the_role_and_the_password_works(db):
     run("create_org", "acme")
     run("add_member", "acme", "mia", "--role", "viewer", "--password", "correct horse 42")
-    user = authenticate(username="mia", password="correct horse 42")
+    user = authenticate(signin(), username="mia", password="correct horse 42")
     assert user is not None and user.username == "mia"
-    assert authenticate(username="mia", password="wrong") is None
+    assert authenticate(signin(), username="mia", password="wrong") is None
     assert Membership.objects.get(user=user).role == "viewer"
 
     run("add_member", "acme", "mia", "--role", "admin")
     assert list(Membership.objects.filter(user=user).values_list("role", flat=True)) == ["admin"]
-    assert authenticate(username="mia", password="correct horse 42") is not None
+    assert authenticate(signin(), username="mia", password="correct horse 42") is not None
 
 
 def test_add_member_to_an_unknown_organization_fails(db):
@@ -81,3 +88,27 @@ def test_issue_token_for_an_unknown_user_prints_nothing_and_fails(db):
     with pytest.raises(CommandError):
         call_command("issue_token", "nobody", stdout=out)
     assert out.getvalue() == ""
+
+
+def test_revoke_token_ends_a_token_at_once(db, client):
+    from tests.factories import make_member, make_org, user_token, worker_token
+
+    org = make_org("acme")
+    user = make_member(org, "mia", "operator")
+    key, other = user_token(user), user_token(user)
+    worker_key = worker_token(org, "w1")
+    headers = {"HTTP_AUTHORIZATION": f"Token {key}"}
+    assert client.get("/api/tasks/", **headers).status_code == 200
+    out = StringIO()
+    call_command("revoke_token", "--key", key, stdout=out)
+    assert out.getvalue().strip() == "revoked 1 token"
+    r = client.get("/api/tasks/", **headers)
+    assert r.status_code == 401 and r.json()["code"] == "not_authenticated"
+    assert client.get("/api/tasks/", HTTP_AUTHORIZATION=f"Token {other}").status_code == 200  # only that one
+    call_command("revoke_token", "mia", stdout=out)
+    assert client.get("/api/tasks/", HTTP_AUTHORIZATION=f"Token {other}").status_code == 401
+    call_command("revoke_token", "--worker", "w1", "--org", "acme", stdout=out)
+    r = client.post("/api/runner/claim/", {}, content_type="application/json", HTTP_AUTHORIZATION=f"Token {worker_key}")
+    assert r.status_code == 401
+    with pytest.raises(CommandError, match="No token has that key"):
+        call_command("revoke_token", "--key", key, stdout=out)

@@ -115,7 +115,6 @@ INVALID_BODIES = {
     "step_without_tool": {"title": "t", "agent": "builder", "input": {"steps": [{"args": {}}]}},
     "args_not_an_object": {"title": "t", "agent": "builder", "input": {"steps": [{"tool": "sleep", "args": [0]}]}},
     "negative_budget": {"title": "t", "agent": "builder", "input": PLAN, "budget_limit": -1},
-    "unknown_parent": {"title": "t", "agent": "builder", "input": PLAN, "parent": 999_999},
 }
 
 
@@ -133,11 +132,17 @@ def test_an_invalid_task_is_refused_and_nothing_is_written(api, agent, body):
 
 
 def test_a_parent_in_another_organization_is_refused_without_leaking_it(api, agent, foreign_task):
+    """A referenced id is resolved under the caller's visibility: another organization's task is 404, exactly
+    as a task that does not exist (tests/tasks/test_references.py has the private-task case)."""
     before = counts()
     r = api.post(
         "/api/tasks/", {"title": "t", "agent": "builder", "input": PLAN, "parent": foreign_task["id"]}, format="json"
     )
-    assert r.status_code == 400 and r.json()["code"] == "invalid"
+    missing = api.post(
+        "/api/tasks/", {"title": "t", "agent": "builder", "input": PLAN, "parent": 999_999}, format="json"
+    )
+    assert r.status_code == missing.status_code == 404 and r.json()["code"] == "not_found"
+    assert r.json()["detail"].replace(str(foreign_task["id"]), "N") == missing.json()["detail"].replace("999999", "N")
     assert "globex merger memo" not in r.content.decode()
     assert counts() == before
 

@@ -150,3 +150,43 @@ def test_task_create_makes_a_child_task_that_a_worker_then_runs(daphne_server, o
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert (Path(child.workspace) / "c.txt").read_text() == "c"
+
+
+def test_bash_output_with_a_nul_and_invalid_utf8_round_trips_through_a_real_worker(daphne_server, org, agent):
+    """The issue's case: `printf 'a\\000b'` in bash. Checkpointed, carried into a continuation byte for byte."""
+    from tasks import payloads
+    from tasks.api import claim_data
+    from tests.recovery.test_end_to_end import lapse_and_supervise
+
+    token = worker_token(org)
+    task = task_create(
+        org=org,
+        actor="t",
+        title="odd output",
+        agent="builder",
+        input=plan(
+            ("bash", {"command": "printf 'a\\000b\\377'; printf 'err\\000' >&2; echo x >> ran.log"}),
+            ("sleep", {"seconds": 0}),
+        ),
+    )
+    proc = start_worker(daphne_server, token, fault="crash_after_dispatch:2")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, out
+    first = Run.objects.get(task=task)
+    saved = payloads.decode(Step.objects.get(run=first, seq=1).result)
+    assert saved == {"exit_code": 0, "stdout": b"a\x00b\xff", "stderr": "err\x00"}
+
+    lapse_and_supervise(first)
+    first.refresh_from_db()
+    assert first.status == "interrupted"
+    second = Run.objects.get(continues=first)
+    reused = {r["seq"]: r for r in claim_data(second)["reused"]}
+    assert payloads.decode(reused[1]["result"]) == saved  # what the worker is handed back: the same bytes
+
+    proc = start_worker(daphne_server, token)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    second.refresh_from_db()
+    assert second.status == "succeeded", out
+    assert (Path(task.workspace) / "ran.log").read_text() == "x\n"  # reused, not run again
+    assert payloads.decode(Step.objects.get(run=second, seq=1).result) == saved

@@ -1,0 +1,59 @@
+"""Requests whose URL, headers, cookies or form fields hold NUL or lone surrogates are refused with 400.
+
+Why a middleware, and why only there: a URL, a header, a cookie and a form a
+person types are text, and no page or API means anything by a NUL in them —
+yet any of them can reach a database lookup (a session cookie, a search, an
+agent name in a path) where PostgreSQL refuses it with an error that would be
+a 500. One check in front of every view (admin and sign-in included, and any
+route added later) is the right depth. JSON bodies are not checked here: in
+them NUL and lone surrogates are data, kept faithfully by the payload encoding
+(tasks/payloads.py, tasks/parsers.py), and text fields of a JSON body refuse
+them through their serializers.
+"""
+
+from django.http import JsonResponse
+
+from tasks import payloads
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+DETAIL = "The request holds a NUL character or a lone surrogate in its {where}; nothing was done."
+
+
+def _plain(values) -> bool:
+    return all(payloads.is_plain(v) for v in values if isinstance(v, str))
+
+
+def problem(request) -> str | None:
+    """Where the request holds what text cannot hold, or None."""
+    if not payloads.is_plain(request.path_info):
+        return "address"
+    if not _plain(request.META.get(k) for k in request.META if k.startswith("HTTP_")):
+        return "headers"
+    if not _plain(request.COOKIES) or not _plain(request.COOKIES.values()):
+        return "cookies"
+    if not _plain(request.GET) or not _plain(v for values in request.GET.lists() for v in values[1]):
+        return "query string"
+    if request.method == "POST" and request.content_type in FORM_TYPES:
+        if not _plain(request.POST) or not _plain(v for values in request.POST.lists() for v in values[1]):
+            return "form fields"
+    return None
+
+
+class PlainTextInputMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        where = problem(request)
+        if where is None:
+            return self.get_response(request)
+        detail = DETAIL.format(where=where)
+        if request.path_info.startswith("/api/"):
+            return JsonResponse({"code": "invalid", "detail": detail, "field": where}, status=400)
+        from django.contrib.auth.models import AnonymousUser
+
+        from console.views import refused
+
+        if where == "cookies":
+            request.user = AnonymousUser()  # the session cookie itself is what cannot be looked up
+        return refused(request, detail, status=400)

@@ -1,0 +1,127 @@
+"""What /api/schema/ says the API answers: output serializers of the runner API, the one error shape, and the
+AutoSchema that documents every error status an operation can answer (schemathesis checks both against the
+real responses: tests/tasks/test_schema_conformance.py).
+
+These serializers describe responses; the views build the same dicts (tasks/api.py, recovery/presenters.py).
+"""
+
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
+
+# Every operation may answer these with the error shape (API.md, Conventions).
+ERROR_STATUSES = {
+    "400": "invalid: the request is malformed or out of range",
+    "401": "not_authenticated",
+    "403": "forbidden: the role (or a worker/person token) does not allow it",
+    "404": "not_found: no such object, or one the caller may not see",
+    "405": "method_not_allowed",
+    "409": "stale_lease | stale_version | gate_closed | not_eligible | idempotency_conflict | ...",
+    "413": "payload_too_large",
+    "415": "unsupported media type",
+    "429": "throttled",
+}
+
+
+class ErrorOut(serializers.Serializer):
+    code = serializers.CharField(help_text="a stable code: invalid, not_found, stale_lease, gate_closed, …")
+    detail = serializers.CharField(help_text="a sentence for people")
+    field = serializers.CharField(required=False)
+    gate = serializers.CharField(required=False)
+    reason = serializers.CharField(required=False)
+    errors = serializers.JSONField(required=False, help_text="per field, for `invalid` bodies")
+
+
+class ConsoleAutoSchema(AutoSchema):
+    """DRF-spectacular's schema, with the error responses every operation can give (no undocumented status)."""
+
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        for code, description in ERROR_STATUSES.items():
+            if code not in responses:
+                responses[code] = self._get_response_for_code(ErrorOut, code, direction=direction)
+                responses[code]["description"] = description
+        return responses
+
+
+# --- the runner API -------------------------------------------------------------------------------------
+
+
+class MessageOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    body = serializers.CharField()
+    author = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    status = serializers.CharField()
+    waiting_reason = serializers.CharField(allow_blank=True)
+    run = serializers.IntegerField(allow_null=True)
+
+
+class ReusedOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    result = serializers.JSONField(allow_null=True, help_text="the saved result, in the payload wire form")
+    ok = serializers.BooleanField()
+    error = serializers.CharField(allow_null=True)
+
+
+class ClaimOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    task = serializers.IntegerField()
+    agent = serializers.CharField()
+    attempt = serializers.IntegerField()
+    lease_epoch = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    input = serializers.JSONField(help_text="the plan, in the payload wire form")
+    reused = ReusedOut(many=True)
+    messages = MessageOut(many=True)
+    dropped = serializers.ListField(child=serializers.JSONField())
+    workspace = serializers.CharField(allow_blank=True)
+
+
+class HeartbeatOut(serializers.Serializer):
+    lease_expires_at = serializers.DateTimeField()
+    stop_requested = serializers.BooleanField()
+
+
+class StepPlannedOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    phase = serializers.CharField()
+    recovery_mode = serializers.CharField()
+
+
+class StepDispatchedOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    phase = serializers.CharField()
+
+
+class StepCompletedOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    phase = serializers.CharField()
+    stop_requested = serializers.BooleanField()
+
+
+class FinishOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    error_code = serializers.CharField(allow_blank=True)
+    stop_receipt = serializers.JSONField(allow_null=True)
+
+
+class ChildTaskOut(serializers.Serializer):
+    task = serializers.IntegerField()
+    parent = serializers.IntegerField(allow_null=True)
+
+
+class EventOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    task = serializers.IntegerField(allow_null=True)
+    run = serializers.IntegerField(allow_null=True)
+    actor = serializers.CharField(allow_blank=True)
+    payload = serializers.JSONField()
+    created_at = serializers.DateTimeField()
+
+
+class EventPageOut(serializers.Serializer):
+    results = EventOut(many=True)
+    next = serializers.URLField(allow_null=True)
