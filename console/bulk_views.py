@@ -127,7 +127,7 @@ def ledger_context(op, user, *, result: str = "", pos=None) -> dict:
             "result_text": presenter.BULK_RESULTS.get(i.result, i.result),
             "text": presenter.bulk_item_text(op.action, op.params, i)
             if i.result
-            else presenter.bulk_predicted(i.predicted),
+            else (presenter.bulk_predicted(i.predicted) if op.status == "previewed" else ""),
         }
         for i in items
     ]

@@ -411,9 +411,10 @@ def _item(op: BulkOperation, item_id: int, user) -> int:
 
 def _apply(op: BulkOperation, item: BulkItem, user) -> Outcome:
     """Re-judge the item on facts read now; act through the single-click service only if nothing changed."""
-    if not visible_tasks(user).filter(pk=item.task_id).exists():
+    found = item_facts([item.task_id], user=user).get(item.task_id)
+    if found is None:
         return Outcome(BulkResult.SKIPPED, "not_visible")
-    task, facts = item_facts([item.task_id])[item.task_id]
+    task, facts = found
     params = Params(**op.params)
     v = verdict(op.action, params, facts)
     diff = changes(item.seen, seen(facts, v))

@@ -1234,7 +1234,7 @@ def bulk_item_text(op_action: str, params: dict, item) -> str:
             return "Paused."
         if op_action == "resume":
             return "Pause lifted."
-        return f"Continue now: continuation{run} queued." if item.run_id else "Continue now."
+        return f"Continuation requested{run}."
     if not item.result:
         return ""
     words = bulk_reason(item.reason)
