@@ -4,7 +4,7 @@
     python -m bench classify     # classify_50k only
     python -m bench board        # board_100k only
     python -m bench sockets      # live-update fan-out to 200 websockets (bench/sockets.py)
-    python -m bench bulk         # one bulk operation over 5,000 tasks vs 100 (bench/bulk.py)
+    python -m bench bulk         # one bulk operation over 5,000 tasks vs 1,000 (bench/bulk.py)
 
 Database: a throwaway SQLite file `var/bench/bench.sqlite3`, recreated on every
 run. With `DATABASE_URL=postgres://…` a database `bench_console` is created on
@@ -481,10 +481,10 @@ def bench_sockets() -> None:
 
 
 def bench_bulk() -> None:
-    """One bulk operation over 5,000 tasks vs 100: queries per batch and peak memory (bench/bulk.py)."""
+    """One bulk operation over 5,000 tasks vs 1,000: queries per batch and peak memory (bench/bulk.py)."""
     from bench import bulk
 
-    _section("bulk_5k: preview and execute one bulk operation over 5,000 tasks, and over 100")
+    _section("bulk_5k: preview and execute one bulk operation over 5,000 tasks, and over 1,000")
     RESULTS.extend(bulk.run())
 
 

@@ -154,7 +154,7 @@ def render_ledger(op, user, *, result: str = "", pos=None, request=None, oob: bo
     return render_to_string("console/bulk_detail.html#ledger", ctx, request=request)
 
 
-def _ledger_args(params) -> tuple[str, int | None]:
+def ledger_args(params) -> tuple[str, int | None]:
     result = params.get("result", "")
     if result not in RESULT_FILTERS and result != PENDING:
         result = ""
@@ -167,7 +167,7 @@ def refusal_groups(op) -> list[tuple[str, int]]:
 
 
 def detail_context(request, op, *, error: str = "") -> dict:
-    result, pos = _ledger_args(request.GET)
+    result, pos = ledger_args(request.GET)
     cursor = last_event_id()  # before reading state: a later change is then always pushed
     query = {"after": cursor, **({"result": result} if result else {}), **({"pos": pos} if pos is not None else {})}
     return {

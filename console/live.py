@@ -155,7 +155,7 @@ def bulk_snapshot(user, op_id: int, filters: dict) -> str:
         op = operation(user, op_id)
     except NotFound:
         return ""
-    result, pos = bulk_views._ledger_args(filters)
+    result, pos = bulk_views.ledger_args(filters)
     return bulk_views.render_status(op, user, oob=True) + bulk_views.render_ledger(
         op, user, result=result, pos=pos, oob=True
     )
@@ -270,15 +270,18 @@ def run_update(run_id: int, *, viewer) -> str:
 
 
 def render_page_for(user, page: str, obj_id: int | None, filters: dict, role: str | None = None) -> str:
-    if page == "board":
-        return board_snapshot(user, filters=filters, selectable=can_select(role))
+    """Every part of a page from saved state, the navigation's count included (connect, reconnect)."""
     if page == "inbox":
         return inbox_snapshot(user)
-    if page == "bulk":
-        return bulk_snapshot(user, obj_id, filters) + nav_count(user)
-    if page == "task":
-        return task_snapshot(user, obj_id)
-    return run_snapshot(user, obj_id)
+    if page == "board":
+        html = board_snapshot(user, filters=filters, selectable=can_select(role))
+    elif page == "bulk":
+        html = bulk_snapshot(user, obj_id, filters)
+    elif page == "task":
+        html = task_snapshot(user, obj_id)
+    else:
+        html = run_snapshot(user, obj_id)
+    return html + nav_count(user)
 
 
 def changed_since(page: str, *, org_id: int, task_id: int | None, after: int, obj_id: int | None = None) -> bool:

@@ -251,14 +251,15 @@ class Relay:
         inbox_orgs: set[int] = set()
         for e in events:
             bulk = e.payload.get("bulk") if isinstance(e.payload, dict) else None
-            if isinstance(bulk, int) and (e.kind.startswith("bulk_")):
+            if isinstance(bulk, int) and e.kind.startswith("bulk_"):
                 by_bulk.add(bulk)
             if live.changes_inbox(e.kind):
                 inbox_orgs.add(e.org_id)
         for op_id in sorted(by_bulk):
-            renders: dict[int, str] = {}
+            renders: dict[tuple, str] = {}
             for consumer in list(self.subscribers.get(("bulk", op_id), ())):
-                key = consumer.user.pk  # counts and items are those each reader may see
+                # Counts and items are those each reader may see, on the ledger page they have open.
+                key = (consumer.user.pk, tuple(sorted(consumer.filters.items())))
                 if key not in renders:
                     renders[key] = await database_sync_to_async(live.bulk_snapshot)(
                         consumer.user, op_id, consumer.filters
