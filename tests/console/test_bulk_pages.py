@@ -129,3 +129,35 @@ def test_another_organization_sees_no_operation_and_a_private_task_stays_private
     assert f"#{actions[1].task_id}" not in visible_text(outer_html(page, f"ledger-{op.pk}"))
     assert page.count('id="bulk-item-') == 1
     assert RecoveryAction.objects.filter(status="open").count() == 2
+
+
+# Measured: the detail page in 9 queries (session, user, memberships, the operation, its counts, one page
+# of its ledger, the header's warnings, the inbox count, the event cursor); the history in 7. Plus 2.
+DETAIL_QUERIES = 11
+HISTORY_QUERIES = 9
+
+
+def test_the_bulk_pages_do_not_grow_in_queries_with_items_or_operations(
+    login, org, agent, operator, django_assert_max_num_queries
+):
+    def op_over(n: int) -> BulkOperation:
+        Task.objects.bulk_create([Task(org=org, agent=agent, title=f"scope-{n} {i}") for i in range(n)])
+        ids = list(Task.objects.filter(title__startswith=f"scope-{n} ").values_list("pk", flat=True))
+        op = bulk_preview(user=operator, action="pause", ids=ids)
+        bulk_execute(user=operator, op_id=op.pk, scope_hash=op.scope_hash)
+        bulk_advance(budget=30)
+        return op
+
+    client = login(operator)
+    client.get("/bulk/")
+    counts = {}
+    for n in (3, 150):
+        op = op_over(n)
+        with django_assert_max_num_queries(DETAIL_QUERIES) as ctx:
+            assert client.get(f"/bulk/{op.pk}/").status_code == 200
+        counts[n] = len(ctx)
+        with django_assert_max_num_queries(HISTORY_QUERIES) as ctx:
+            assert client.get("/bulk/").status_code == 200
+        counts[f"history {n}"] = len(ctx)
+    assert counts[3] == counts[150] and counts["history 3"] == counts["history 150"], counts
+    assert client.get(f"/bulk/{op.pk}/").text.count('id="bulk-item-') == 100  # one page of the ledger
