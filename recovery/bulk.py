@@ -22,6 +22,7 @@
 
 import hmac
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
@@ -336,8 +337,6 @@ def bulk_advance(*, budget: float = 2.0, batch: int | None = None) -> int:
     Returns the number of items settled. Called by the supervisor between its
     passes; safe to call from any number of processes at once.
     """
-    import time
-
     deadline = time.monotonic() + budget
     settled = 0
     while time.monotonic() < deadline:

@@ -1,3 +1,4 @@
+import logging
 import signal
 import time
 
@@ -13,6 +14,16 @@ from recovery.supervisor import supervise_once
 BULK_EVERY = 0.5
 BULK_BUDGET = 2.0
 
+log = logging.getLogger("recovery.supervisor")
+
+
+def bulk_turn(budget: float) -> None:
+    """Work on started bulk operations; a failure there never stops the supervisor's own passes."""
+    try:
+        bulk_advance(budget=budget)
+    except Exception:
+        log.exception("bulk operations: this turn failed; the next one picks up where it stopped")
+
 
 class Command(BaseCommand):
     help = "Run the supervisor loop (--once: one pass, then exit)."
@@ -27,7 +38,7 @@ class Command(BaseCommand):
         interval = interval or settings.CONSOLE_SUPERVISE_SECONDS
         if once:
             report = supervise_once(label=label, interval=interval)
-            bulk_advance(budget=BULK_BUDGET)
+            bulk_turn(BULK_BUDGET)
             self.stdout.write(str(report))
             return
         stopping = False
@@ -45,7 +56,7 @@ class Command(BaseCommand):
             next_bulk = 0.0
             while not stopping and time.monotonic() < deadline:
                 if time.monotonic() >= next_bulk:
-                    bulk_advance(budget=min(BULK_BUDGET, max(0.0, deadline - time.monotonic())))
+                    bulk_turn(min(BULK_BUDGET, max(0.0, deadline - time.monotonic())))
                     next_bulk = time.monotonic() + BULK_EVERY
                 time.sleep(0.1)
         supervisor_stopped(label=label)
