@@ -16,7 +16,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from recovery.models import ActionStatus, RecoveryAction, SavedView
-from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, state_filter
+from recovery.selectors import action_prefetch, attach_current_runs, task_queryset
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotFound
 from tasks.models import Agent, Role
@@ -176,14 +176,9 @@ def _owned_by(owner: str) -> Q:
 
 def board_queryset(user, f: BoardFilter, *, org_id: int | None = None):
     """Visible tasks matching `f`, annotated with state, `waiting_since` and `urgency` (unordered)."""
-    qs = visible_tasks(user)
+    qs = task_queryset(user, state=f.state, q=f.q)
     if org_id is not None:
         qs = qs.filter(org_id=org_id)
-    qs = state_filter(annotate_state(qs), f.state)
-    q = f.q.strip()
-    if q:
-        number = q.lstrip("#")
-        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(number))) if number.isdigit() else qs.filter(title__icontains=q)
     if f.agent:
         qs = qs.filter(agent__name=f.agent)
     waiting = RecoveryAction.objects.filter(task=OuterRef("pk"), status__in=WAITING)

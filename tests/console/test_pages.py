@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from recovery.actions import action_decide, actions_settle
 from recovery.models import RecoveryAction
-from recovery.selectors import task_count
 from recovery.supervisor import supervise_once
+from recovery.triage import BoardFilter, board_count
 from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause
 from tests.console.scenarios import SAFE_PLAN, claim, running_task, unknown_outcome_action
@@ -190,9 +190,9 @@ def test_keyset_pages_keep_the_filter_and_search(login, org, agent, operator):
 
 def test_the_count_is_capped(login, org, agent, operator, monkeypatch):
     bulk_tasks(org, agent, 7)
-    assert task_count(operator, cap=5) == 6
-    assert task_count(operator, cap=7) == 7
-    assert task_count(operator, cap=100) == 7
+    assert board_count(operator, BoardFilter(), cap=5) == 6
+    assert board_count(operator, BoardFilter(), cap=7) == 7
+    assert board_count(operator, BoardFilter(), cap=100) == 7
     client = login(operator)
     assert '<span class="count muted">7 tasks</span>' in client.get("/").text
     monkeypatch.setattr("console.triage_views.COUNT_CAP", 5)
