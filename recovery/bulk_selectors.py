@@ -144,6 +144,11 @@ class Counts:
     def pending(self) -> int:
         return self.total - self.done
 
+    @property
+    def reached(self) -> int:
+        """Judged and acted on or refused (a task the cancel skipped was never reached)."""
+        return self.done - self.untouched
+
     def as_dict(self) -> dict:
         return {
             "total": self.total,

@@ -1270,33 +1270,34 @@ def bulk_status(op, counts, *, expired: bool) -> tuple[str, str]:
 
 def bulk_line(op, counts, *, expired: bool) -> Line:
     """Where an operation stands, only as far as its items' saved results go."""
-    done, total = counts.done, counts.total
+    reached, total = counts.reached, counts.total
     if op.status == "previewed":
         if expired:
             return ("This preview expired ", At(op.expires_at), " — nothing was done. Preview again.")
         return ("Preview — nothing has been done yet. Confirm before it expires ", At(op.expires_at), ".")
     if op.status == "running":
-        if done == 0:
+        if reached == 0:
             return (
                 f"Started by {op.actor_name} ",
                 At(op.started_at),
                 ": the supervisor works through it in batches; nothing has been applied yet.",
             )
-        return (f"Running — {done:,} of {total:,} done.",)
+        return (f"Running — {reached:,} of {total:,} reached.",)
     if op.status == "finished":
-        return ("Finished ", At(op.finished_at), f" — all {total:,} done.")
+        return ("Finished ", At(op.finished_at), f" — all {total:,} reached.")
     if op.started_at is None:
         return (f"Discarded by {op.cancelled_by} ", At(op.finished_at), " — nothing was done.")
-    reached = done - counts.untouched
     return (
         f"Cancelled by {op.cancelled_by} ",
         At(op.finished_at),
-        f" — {reached:,} of {total:,} were done before it stopped; the other {counts.untouched:,} were not touched.",
+        f" — {reached:,} of {total:,} were reached before it stopped; the other {counts.untouched:,} were not touched.",
     )
 
 
 def bulk_counts_text(counts) -> str:
-    return f"{counts.applied:,} applied · {counts.skipped:,} skipped · {counts.failed:,} failed"
+    """Where the items stand; "skipped" counts those judged and refused, not those a cancel never reached."""
+    text = f"{counts.applied:,} applied · {counts.skipped - counts.untouched:,} skipped · {counts.failed:,} failed"
+    return text + (f" · {counts.untouched:,} not reached" if counts.untouched else "")
 
 
 FILTER_NAMES = {

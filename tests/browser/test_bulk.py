@@ -60,7 +60,7 @@ def test_select_all_matching_preview_execute_progress_and_ledger_while_a_second_
 
     bulk_batch(op.pk, size=3)
     expect(bar).to_have_attribute("value", "3", timeout=10_000)
-    expect(status).to_contain_text("Running — 3 of 6 done.")
+    expect(status).to_contain_text("Running — 3 of 6 reached.")
     ledger = page.locator(f"#ledger-{op.pk}")
     expect(ledger.locator("tr.result-applied")).to_have_count(3)
     done = [i.task_id for i in BulkItem.objects.filter(op=op, result="applied")]

@@ -56,12 +56,14 @@ def test_execute_then_progress_then_the_ledger(login, org, agent, operator):
     bulk_batch(op.pk, size=3)
     page = client.get(f"/bulk/{op.pk}/").text
     assert '<progress id="bulk-progress" class="bulk-progress" max="4" value="3"' in page
-    assert "Running — 3 of 4 done." in visible_text(page) and "3 applied · 0 skipped · 0 failed" in visible_text(page)
+    assert "Running — 3 of 4 reached." in visible_text(page) and "3 applied · 0 skipped · 0 failed" in visible_text(
+        page
+    )
     assert "Stop: skip every task not reached yet" in visible_text(page)
     bulk_advance(budget=5)
     page = client.get(f"/bulk/{op.pk}/").text
     text = visible_text(page)
-    assert "Finished" in text and "all 4 done" in text
+    assert "Finished" in text and "all 4 reached" in text
     assert text.count("Decision recorded: it happened — run #") == 4
     assert "Stop:" not in text and "Retry the" not in text
     failed = client.get(f"/bulk/{op.pk}/?result=failed").text
@@ -161,3 +163,20 @@ def test_the_bulk_pages_do_not_grow_in_queries_with_items_or_operations(
         counts[f"history {n}"] = len(ctx)
     assert counts[3] == counts[150] and counts["history 3"] == counts["history 150"], counts
     assert client.get(f"/bulk/{op.pk}/").text.count('id="bulk-item-') == 100  # one page of the ledger
+
+
+def test_a_stop_midway_says_how_many_were_reached_and_that_the_rest_were_not_touched(login, org, agent, operator):
+    actions = unknown_outcomes(org, 5)
+    op = preview(operator, actions)
+    bulk_execute(user=operator, op_id=op.pk, scope_hash=op.scope_hash)
+    bulk_batch(op.pk, size=2)
+    client = login(operator)
+    assert client.post(f"/bulk/{op.pk}/cancel/").status_code == 302
+    page = client.get(f"/bulk/{op.pk}/").text
+    text = visible_text(page)
+    assert (
+        "Cancelled by olive" in text and "2 of 5 were reached before it stopped; the other 3 were not touched" in text
+    )
+    assert "2 applied · 0 skipped · 0 failed · 3 not reached" in text
+    assert '<progress id="bulk-progress" class="bulk-progress" max="5" value="2"' in page
+    assert text.count("Not reached: the operation was cancelled first, so nothing was done to it.") == 3
