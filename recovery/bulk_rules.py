@@ -62,8 +62,6 @@ class Verdict:
     action: ActionFacts | None = None
     refusal: str = ""
     detail: str = ""
-    # Applying it runs an operation of unknown outcome again: the person's consent covers it.
-    duplicate_risk: bool = False
 
     @property
     def applies(self) -> bool:
@@ -139,13 +137,7 @@ def _retry(params: Params, facts: ItemFacts) -> Verdict:
         return Verdict(action=target, refusal="exhausted")
     if target.cause in UNRECOVERABLE:
         return Verdict(action=target, refusal="recovery_unavailable")
-    risky = target.kind == "unknown_outcome"
-    if risky and not params.accept_duplicate_risk:
-        return Verdict(action=target, refusal="duplicate_risk_not_accepted", duplicate_risk=True)
-    gate = _gate(_admission_gate(facts, target))
-    if gate is not None:
-        return Verdict(action=target, refusal=gate.refusal, detail=gate.detail, duplicate_risk=risky)
-    return Verdict(action=target, duplicate_risk=risky)
+    return _admission(target, facts, params, reruns_unknown=target.kind == "unknown_outcome")
 
 
 def _decide(params: Params, facts: ItemFacts) -> Verdict:
@@ -154,13 +146,17 @@ def _decide(params: Params, facts: ItemFacts) -> Verdict:
         return Verdict(refusal="no_unknown_outcome")
     if params.outcome == "unresolved":
         return Verdict(action=target)
-    risky = params.outcome == "not_performed"
-    if risky and not params.accept_duplicate_risk:
-        return Verdict(action=target, refusal="duplicate_risk_not_accepted", duplicate_risk=True)
+    return _admission(target, facts, params, reruns_unknown=params.outcome == "not_performed")
+
+
+def _admission(target: ActionFacts, facts: ItemFacts, params: Params, *, reruns_unknown: bool) -> Verdict:
+    """A continuation's admission: the consent a rerun of an unknown outcome needs, then every gate."""
+    if reruns_unknown and not params.accept_duplicate_risk:
+        return Verdict(action=target, refusal="duplicate_risk_not_accepted")
     gate = _gate(_admission_gate(facts, target))
     if gate is not None:
-        return Verdict(action=target, refusal=gate.refusal, detail=gate.detail, duplicate_risk=risky)
-    return Verdict(action=target, duplicate_risk=risky)
+        return Verdict(action=target, refusal=gate.refusal, detail=gate.detail)
+    return Verdict(action=target)
 
 
 # --- what the preview saw ----------------------------------------------------------------
