@@ -4,6 +4,7 @@
     python -m bench classify     # classify_50k only
     python -m bench board        # board_100k only
     python -m bench sockets      # live-update fan-out to 200 websockets (bench/sockets.py)
+    python -m bench bulk         # one bulk operation over 5,000 tasks vs 1,000 (bench/bulk.py)
 
 Database: a throwaway SQLite file `var/bench/bench.sqlite3`, recreated on every
 run. With `DATABASE_URL=postgres://…` a database `bench_console` is created on
@@ -479,7 +480,15 @@ def bench_sockets() -> None:
     sockets.main([])
 
 
-BENCHES = {"classify": bench_classify, "board": bench_board, "sockets": bench_sockets}
+def bench_bulk() -> None:
+    """One bulk operation over 5,000 tasks vs 1,000: queries per batch and peak memory (bench/bulk.py)."""
+    from bench import bulk
+
+    _section("bulk_5k: preview and execute one bulk operation over 5,000 tasks, and over 1,000")
+    RESULTS.extend(bulk.run())
+
+
+BENCHES = {"classify": bench_classify, "board": bench_board, "sockets": bench_sockets, "bulk": bench_bulk}
 
 
 def main(argv: list[str]) -> int:

@@ -229,7 +229,11 @@ def task_row_context(task: Task, user) -> dict:
     waiting = [a for a in live if a.status in ("open", "exhausted")]
     lead = (waiting or live or [None])[0]
     why = presenter.row_why(task, state, lead, current)
+    # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
+    opened = [a.created_at for a in waiting]
     return {
+        "since": min(opened) if opened else task.updated_at,
+        "since_label": presenter.age_label(bool(opened)),
         "task": task,
         "state": state,
         "state_text": presenter.TASK_STATES[state],
@@ -240,9 +244,10 @@ def task_row_context(task: Task, user) -> dict:
     }
 
 
-def render_task_row(task: Task, *, user, request=None, oob: bool = False) -> str:
+def render_task_row(task: Task, *, user, request=None, oob: bool = False, selectable: bool = False) -> str:
     ctx = task_row_context(task, user)
     ctx["oob"] = oob
+    ctx["selectable"] = selectable
     return render_to_string("console/cards/task_row.html#row", ctx, request=request)
 
 

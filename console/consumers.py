@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from console import live
 from console.relay import relay
+from recovery import triage
+from recovery.triage import BOARD_PARAMS
 from tasks import payloads
 
 log = logging.getLogger("console.consumers")
@@ -60,15 +62,20 @@ class ResyncBudget:
         return True
 
 
+# What a page's URL may say about what it shows: the board's filter, the bulk ledger's page.
+FILTER_PARAMS = (*BOARD_PARAMS, "result", "pos")
+
+
 class LiveConsumer(AsyncWebsocketConsumer):
-    page = "board"  # "board" | "task" | "run": one subclass per route
+    page = "board"  # "board" | "task" | "run" | "inbox" | "bulk": one subclass per route
 
     async def connect(self):
         self.obj_id = self.scope["url_route"]["kwargs"].get("obj_id")
         query = parse_qs(self.scope.get("query_string", b"").decode("utf-8", "replace"))
-        # A search with what text cannot hold matches nothing anyone typed: it is dropped, never looked up.
-        q = (query.get("q") or [""])[0][:200]
-        self.filters = {"state": (query.get("state") or ["all"])[0][:32], "q": q if payloads.is_plain(q) else ""}
+        # A filter value with what text cannot hold matches nothing anyone typed: it is dropped, never looked up.
+        self.filters = {
+            k: query[k][0][:200] for k in FILTER_PARAMS if query.get(k) and payloads.is_plain(query[k][0][:200])
+        }
         self.subscribed = False
         self.watchdog = None
         self.resyncs = ResyncBudget()
@@ -90,6 +97,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
+        self.orgs = await database_sync_to_async(live.nav_orgs)(self.user)
         # Subscribe before any snapshot is taken, so no event falls between them.
         await relay.subscribe(self)
         self.subscribed = True
@@ -105,16 +113,35 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # --- what the relay needs ---------------------------------------------------------
 
     def topics(self) -> list[tuple]:
+        # ("nav", org): the navigation's inbox count, on every live page.
+        nav = [("nav", org) for org in self.orgs]
         if self.page == "board":
-            return [("org", self.org_id)]
-        return [("task", self.task_id)]
+            return [("org", self.org_id), *nav]
+        if self.page == "inbox":
+            return [("inbox", org) for org in self.orgs]
+        if self.page == "bulk":
+            return [("bulk", self.obj_id), *nav]
+        return [("task", self.task_id), *nav]
 
     def render_key(self) -> tuple:
         return (self.page, self.obj_id, self.role, self.user.pk if self.private else None)
 
     @property
+    def selectable(self) -> bool:
+        return live.can_select(self.role)
+
+    @property
     def lists_new(self) -> bool:
-        return self.page == "board" and self.filters["state"] == "all" and not self.filters["q"]
+        """A new task goes on top of this board: it lists every task, newest change first."""
+        if self.page != "board":
+            return False
+        _, f = triage.board_filter(self.filters)
+        return f.state == "all" and not f.narrowed and f.sort == "recent"
+
+    async def push_extra(self, html: str) -> None:
+        """A fragment that carries no page state (the navigation's count): sent as is, the cursor untouched."""
+        if self.subscribed:
+            await self.send(text_data=html)
 
     async def push(self, html: str, cursor: int) -> None:
         # A batch the page already reflects would only redraw cards (and reset a
@@ -150,10 +177,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _resync(self, after: int, reconnect: bool) -> tuple[str, int]:
         """Every card of the page from saved state, when the page may be behind (always after a reconnect)."""
-        if not reconnect and not live.changed_since(self.page, org_id=self.org_id, task_id=self.task_id, after=after):
+        if not reconnect and not live.changed_since(
+            self.page, org_id=self.org_id, task_id=self.task_id, after=after, obj_id=self.obj_id
+        ):
             return "", after
         cursor = live.last_event_id()
-        html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters)
+        html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters, self.role)
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor
 
@@ -214,3 +243,11 @@ class TaskConsumer(LiveConsumer):
 
 class RunConsumer(LiveConsumer):
     page = "run"
+
+
+class InboxConsumer(LiveConsumer):
+    page = "inbox"
+
+
+class BulkConsumer(LiveConsumer):
+    page = "bulk"

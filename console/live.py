@@ -13,10 +13,11 @@ from django.utils.crypto import constant_time_compare
 from django.utils.html import escape
 
 from console import cards
-from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail, task_page
+from recovery import triage
+from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail
 from tasks.errors import NotFound
 from tasks.models import Event, Role, Run, Task
-from tasks.selectors import membership_in, task_visible_to, visible_runs
+from tasks.selectors import membership_in, memberships_of, primary_membership, task_visible_to, visible_runs
 
 RECONNECT_NOTICE = (
     "Live updates reconnected — this page now shows saved state. Reconnecting does not restart the agent."
@@ -121,11 +122,15 @@ def session_state(session_key: str | None, user) -> SessionState:
 
 def check_access(user, page: str, obj_id: int | None) -> Access:
     fresh(user)
-    if page == "board":
-        from tasks.selectors import primary_membership
-
+    if page in ("board", "inbox"):
         m = primary_membership(user)
         return Access(True, m.org_id, m.role) if m else Access(False)
+    if page == "bulk":
+        from recovery.models import BulkOperation
+
+        op = BulkOperation.objects.filter(pk=obj_id).only("id", "org_id").first()
+        m = membership_in(user, op.org_id) if op is not None else None
+        return Access(True, op.org_id, m.role) if m else Access(False)
     if page == "task":
         task = Task.objects.filter(pk=obj_id).only("id", "org_id", "private", "creator_id").first()
         if task is None or not task_visible_to(user, task):
@@ -142,12 +147,55 @@ def check_access(user, page: str, obj_id: int | None) -> Access:
 # --- snapshots (connect, reconnect) --------------------------------------------------
 
 
-def board_snapshot(user, *, state: str, q: str) -> str:
-    tasks, _ = task_page(user, state="active" if state == "running" else state, q=q, limit=50, order="attention")
-    rows = "".join(cards.render_task_row(t, user=user) for t in tasks)
+def board_snapshot(user, *, filters: dict, selectable: bool = False) -> str:
+    """The board's rows for its parameters (tab, search, agent, owner, tool, age, order), from saved state."""
+    _, f = triage.board_filter(filters)
+    tasks, _ = triage.board_page(user, f, limit=50)
+    rows = "".join(cards.render_task_row(t, user=user, selectable=selectable) for t in tasks)
     if not rows:
-        rows = '<tr class="empty"><td colspan="7">No tasks in this view.</td></tr>'
+        rows = '<tr class="empty"><td colspan="8">No tasks in this view.</td></tr>'
     return f'<tbody id="board-rows" hx-swap-oob="true">{rows}</tbody>'
+
+
+def can_select(role: str | None) -> bool:
+    """Board rows carry selection checkboxes for those who may act on them (operators, admins)."""
+    return role in (Role.OPERATOR, Role.ADMIN)
+
+
+def inbox_snapshot(user) -> str:
+    """The inbox list and the navigation's count, from saved state."""
+    from console import triage_views
+
+    return triage_views.render_inbox_list(user, oob=True) + triage_views.render_nav_count(user)
+
+
+def nav_count(user) -> str:
+    from console import triage_views
+
+    return triage_views.render_nav_count(user)
+
+
+def bulk_snapshot(user, op_id: int, filters: dict) -> str:
+    """A bulk operation's progress and the ledger page the viewer has open, from saved state."""
+    from console import bulk_views
+    from recovery.bulk_selectors import operation
+
+    try:
+        op = operation(user, op_id)
+    except NotFound:
+        return ""
+    result, pos = bulk_views.ledger_args(filters)
+    return bulk_views.render_status(op, user, oob=True) + bulk_views.render_ledger(
+        op, user, result=result, pos=pos, oob=True
+    )
+
+
+# Event kinds after which what waits on a person (the inbox, its count) may differ.
+INBOX_EVENTS = frozenset({"member_set", "member_removed", "task_closed", "task_reopened", "task_reassigned"})
+
+
+def changes_inbox(kind: str) -> bool:
+    return kind.startswith("action_") or kind in INBOX_EVENTS
 
 
 def task_snapshot(user, task_id: int) -> str:
@@ -188,8 +236,9 @@ class BoardRow:
     org_id: int
 
 
-def board_rows(task_ids: set[int], *, viewer) -> dict[int, BoardRow]:
-    """Rows of changed tasks, rendered once for every board of the organization (rows carry no controls)."""
+def board_rows(task_ids: set[int], *, viewer, selectable: bool = False) -> dict[int, BoardRow]:
+    """Rows of changed tasks, rendered once for every board of the organization that may (or may not) select:
+    a row carries no other control, and its selection checkbox only for operators and admins."""
     tasks = list(
         annotate_state(Task.objects.filter(pk__in=task_ids))
         .select_related("agent")
@@ -197,7 +246,9 @@ def board_rows(task_ids: set[int], *, viewer) -> dict[int, BoardRow]:
     )
     attach_current_runs(tasks)
     return {
-        t.pk: BoardRow(cards.render_task_row(t, user=viewer, oob=True), t.private, t.creator_id, t.org_id)
+        t.pk: BoardRow(
+            cards.render_task_row(t, user=viewer, oob=True, selectable=selectable), t.private, t.creator_id, t.org_id
+        )
         for t in tasks
     }
 
@@ -247,15 +298,31 @@ def run_update(run_id: int, *, viewer) -> str:
     return run_snapshot(viewer, run_id)
 
 
-def render_page_for(user, page: str, obj_id: int | None, filters: dict) -> str:
+def render_page_for(user, page: str, obj_id: int | None, filters: dict, role: str | None = None) -> str:
+    """Every part of a page from saved state, the navigation's count included (connect, reconnect)."""
+    if page == "inbox":
+        return inbox_snapshot(user)
     if page == "board":
-        return board_snapshot(user, state=filters.get("state", "all"), q=filters.get("q", ""))
-    if page == "task":
-        return task_snapshot(user, obj_id)
-    return run_snapshot(user, obj_id)
+        html = board_snapshot(user, filters=filters, selectable=can_select(role))
+    elif page == "bulk":
+        html = bulk_snapshot(user, obj_id, filters)
+    elif page == "task":
+        html = task_snapshot(user, obj_id)
+    else:
+        html = run_snapshot(user, obj_id)
+    return html + nav_count(user)
 
 
-def changed_since(page: str, *, org_id: int, task_id: int | None, after: int) -> bool:
+def changed_since(page: str, *, org_id: int, task_id: int | None, after: int, obj_id: int | None = None) -> bool:
     qs = Event.objects.filter(id__gt=after)
-    qs = qs.filter(org_id=org_id) if page == "board" else qs.filter(task_id=task_id)
+    if page in ("board", "inbox"):
+        qs = qs.filter(org_id=org_id)
+    elif page == "bulk":
+        qs = qs.filter(org_id=org_id, payload__bulk=obj_id)
+    else:
+        qs = qs.filter(task_id=task_id)
     return qs.exists()
+
+
+def nav_orgs(user) -> list[int]:
+    return [m.org_id for m in memberships_of(user)]

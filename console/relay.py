@@ -206,13 +206,19 @@ class Relay:
                 if e.kind == "task_created":
                     created.add(e.task_id)
 
-        # Boards: one render of each changed row, filtered per socket by visibility.
+        # Boards: one render of each changed row (with or without its selection checkbox), filtered per
+        # socket by visibility.
         for org_id, task_ids in by_org.items():
             boards = list(self.subscribers.get(("org", org_id), ()))
             if not boards:
                 continue
-            rows = await database_sync_to_async(live.board_rows)(task_ids, viewer=boards[0].user)
+            renders: dict[bool, dict] = {}
             for consumer in boards:
+                if consumer.selectable not in renders:
+                    renders[consumer.selectable] = await database_sync_to_async(live.board_rows)(
+                        task_ids, viewer=consumer.user, selectable=consumer.selectable
+                    )
+                rows = renders[consumer.selectable]
                 parts = []
                 for tid, row in rows.items():
                     if not live.board_row_visible(row, consumer.user, consumer.role):
@@ -246,7 +252,49 @@ class Relay:
                         )
                 if renders[key]:
                     await consumer.push(renders[key], cursor)
+        await self.dispatch_triage(events, cursor)
         metrics.observe_pushed(events)
+
+    async def dispatch_triage(self, events: list[Event], cursor: int) -> None:
+        """Bulk pages get their progress and ledger; inboxes their list; every live page the inbox count."""
+        by_bulk: set[int] = set()
+        inbox_orgs: set[int] = set()
+        for e in events:
+            bulk = e.payload.get("bulk") if isinstance(e.payload, dict) else None
+            if isinstance(bulk, int) and e.kind.startswith("bulk_"):
+                by_bulk.add(bulk)
+            if live.changes_inbox(e.kind):
+                inbox_orgs.add(e.org_id)
+        for op_id in sorted(by_bulk):
+            renders: dict[tuple, str] = {}
+            for consumer in list(self.subscribers.get(("bulk", op_id), ())):
+                # Counts and items are those each reader may see, on the ledger page they have open.
+                key = (consumer.user.pk, tuple(sorted(consumer.filters.items())))
+                if key not in renders:
+                    renders[key] = await database_sync_to_async(live.bulk_snapshot)(
+                        consumer.user, op_id, consumer.filters
+                    )
+                if renders[key]:
+                    await consumer.push(renders[key], cursor)
+        if not inbox_orgs:
+            return
+        counts: dict[int, str] = {}
+        done = set()
+        for org_id in sorted(inbox_orgs):
+            for consumer in list(self.subscribers.get(("inbox", org_id), ())):
+                if consumer in done:
+                    continue
+                done.add(consumer)
+                html = await database_sync_to_async(live.inbox_snapshot)(consumer.user)
+                await consumer.push(html, cursor)
+            for consumer in list(self.subscribers.get(("nav", org_id), ())):
+                if consumer in done:
+                    continue
+                done.add(consumer)
+                key = consumer.user.pk
+                if key not in counts:
+                    counts[key] = await database_sync_to_async(live.nav_count)(consumer.user)
+                await consumer.push_extra(counts[key])
 
 
 relay = Relay()

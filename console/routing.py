@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.consumers import BoardConsumer, RunConsumer, TaskConsumer
+from console.consumers import BoardConsumer, BulkConsumer, InboxConsumer, RunConsumer, TaskConsumer
 from console.ops_live import WorkersConsumer
 
 websocket_urlpatterns = [
@@ -8,4 +8,6 @@ websocket_urlpatterns = [
     path("ws/tasks/<int:obj_id>/", TaskConsumer.as_asgi()),
     path("ws/runs/<int:obj_id>/", RunConsumer.as_asgi()),
     path("ws/workers/", WorkersConsumer.as_asgi()),
+    path("ws/inbox/", InboxConsumer.as_asgi()),
+    path("ws/bulk/<int:obj_id>/", BulkConsumer.as_asgi()),
 ]

@@ -106,6 +106,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.ops.header_alerts",
                 "django.template.context_processors.csp",
+                "console.triage_views.nav_counts",
             ],
         },
     },
@@ -243,6 +244,11 @@ CONSOLE_WORKER_DRAIN_SECONDS = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECOND
 CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
 # Recorded workspace files up to this size keep their content (diffs, isolated reissue).
 CONSOLE_WORKSPACE_KEEP_BYTES = env_int("CONSOLE_WORKSPACE_KEEP_BYTES", 16 * 1024 * 1024)
+# Bulk operations: items the supervisor settles per batch (one progress event each), how long a preview
+# may be confirmed, and the most tasks one operation holds.
+CONSOLE_BULK_BATCH = env_int("CONSOLE_BULK_BATCH", 50)
+CONSOLE_BULK_PREVIEW_SECONDS = env_int("CONSOLE_BULK_PREVIEW_SECONDS", 900)
+CONSOLE_BULK_MAX_ITEMS = env_int("CONSOLE_BULK_MAX_ITEMS", 100_000)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -2,8 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, ops, views
+from console import accounts, bulk_views, ops, triage_views, views
 from recovery import api as recovery_api
+from recovery import bulk_api
 from tasks import api as tasks_api
 
 api = [
@@ -53,14 +54,27 @@ api = [
     ),
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
     path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
+    path("bulk/", bulk_api.BulkListView.as_view(), name="api-bulk"),
+    path("bulk/<int:op_id>/", bulk_api.BulkDetailView.as_view(), name="api-bulk-detail"),
+    path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),
+    path("bulk/<int:op_id>/cancel/", bulk_api.BulkCancelView.as_view(), name="api-bulk-cancel"),
+    path("bulk/<int:op_id>/retry-failed/", bulk_api.BulkRetryFailedView.as_view(), name="api-bulk-retry-failed"),
     path("workers/", ops.WorkersView.as_view(), name="api-workers"),
     path("health/", ops.HealthView.as_view(), name="api-health"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
 
 urlpatterns = [
-    path("", views.board, name="board"),
-    path("inbox/", views.inbox, name="inbox"),
+    path("", triage_views.board, name="board"),
+    path("inbox/", triage_views.inbox, name="inbox"),
+    path("views/", triage_views.view_save, name="view-save"),
+    path("views/<int:view_id>/delete/", triage_views.view_delete, name="view-delete"),
+    path("bulk/", bulk_views.bulk_history, name="bulk"),
+    path("bulk/preview/", bulk_views.bulk_preview, name="bulk-preview"),
+    path("bulk/<int:op_id>/", bulk_views.bulk_detail, name="bulk-detail"),
+    path("bulk/<int:op_id>/execute/", bulk_views.bulk_execute, name="bulk-execute"),
+    path("bulk/<int:op_id>/cancel/", bulk_views.bulk_cancel, name="bulk-cancel"),
+    path("bulk/<int:op_id>/retry-failed/", bulk_views.bulk_retry_failed, name="bulk-retry-failed"),
     path("tasks/<int:task_id>/", views.task_view, name="task"),
     path("tasks/<int:task_id>/pause/", views.task_pause, name="task-pause"),
     path("tasks/<int:task_id>/resume/", views.task_resume, name="task-resume"),

@@ -5,8 +5,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, Q, When
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
+from django.http import Http404, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,14 +16,14 @@ from console.live import last_event_id
 from recovery import actions as recovery_actions
 from recovery import controls, followups, presenter, repairs, workspaces
 from recovery.fresh import task_start_over as start_over
-from recovery.models import ActionStatus, RecoveryAction
+from recovery.models import RecoveryAction
 from recovery.modes import profile_update
-from recovery.selectors import action_detail, profile_history, task_count, task_detail, task_page
+from recovery.selectors import action_detail, profile_history, task_detail
 from tasks import services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
-from tasks.models import Agent, Role, Task
-from tasks.selectors import memberships_of, org_admin_names, primary_membership, visible_runs, visible_tasks
+from tasks.models import Agent, Task
+from tasks.selectors import org_admin_names, primary_membership, visible_runs, visible_tasks
 
 TABS = (
     ("needs_decision", "Needs decision"),
@@ -33,7 +32,6 @@ TABS = (
     ("running", "Running"),
     ("all", "All"),
 )
-COUNT_CAP = 10_000
 
 
 def _page(request, template, context, status=200):
@@ -46,71 +44,6 @@ def _int(value) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-@login_required
-def board(request):
-    state = request.GET.get("state") or "all"
-    if state not in dict(TABS):
-        state = "all"
-    q = (request.GET.get("q") or "").strip()[:200]
-    cursor = request.GET.get("cursor") or None
-    last_event = last_event_id()
-    try:
-        filter_state = "active" if state == "running" else state
-        tasks, next_cursor = task_page(
-            request.user, state=filter_state, q=q, cursor=cursor, limit=50, order="attention"
-        )
-    except ServiceError as exc:
-        return HttpResponseBadRequest(exc.detail)
-    total = task_count(request.user, state=filter_state, q=q, cap=COUNT_CAP)
-    count_text = f"{COUNT_CAP:,}+ tasks" if total > COUNT_CAP else f"{total:,} task{'s' if total != 1 else ''}"
-    rows = [cards.task_row_context(t, request.user) for t in tasks]
-    return _page(
-        request,
-        "console/board.html",
-        {
-            "rows": rows,
-            "state": state,
-            "q": q,
-            "tabs": TABS,
-            "next_cursor": next_cursor,
-            "count_text": count_text,
-            "nav": "board",
-            "ws_path": "/ws/board/?" + urlencode({"state": state, "q": q, "after": last_event}),
-            "last_event": last_event,
-        },
-    )
-
-
-@login_required
-def inbox(request):
-    ms = memberships_of(request.user)
-    owners = Q(pk__in=[])
-    for m in ms:
-        mine = Q(recovery_owner=f"user:{request.user.username}")
-        if m.allows(Role.OPERATOR):
-            mine |= Q(recovery_owner="role:operator") | Q(recovery_owner="")
-        if m.allows(Role.ADMIN):
-            mine |= Q(recovery_owner="role:admin")
-        owners |= Q(org_id=m.org_id) & mine
-    live = (
-        RecoveryAction.objects.filter(owners, status__in=(ActionStatus.OPEN, ActionStatus.EXHAUSTED))
-        .filter(task__in=visible_tasks(request.user))
-        .select_related("task")
-        .annotate(urgency=Case(When(status=ActionStatus.EXHAUSTED, then=0), default=1))
-        .order_by("urgency", "due_at", "id")[:200]
-    )
-    items = [
-        {
-            "action": a,
-            "badge": "Exhausted" if a.status == ActionStatus.EXHAUSTED else "Needs decision",
-            "cause_text": presenter.cause(a.cause),
-            "owner": presenter.owner(a.recovery_owner) or "operators",
-        }
-        for a in live
-    ]
-    return _page(request, "console/inbox.html", {"items": items, "nav": "inbox"})
 
 
 def _task_or_404(request, task_id: int):

@@ -213,3 +213,132 @@ class Export(models.Model):
 
     class Meta:
         ordering = ["task_id", "id"]
+
+
+# --- bulk triage (DESIGN §12) -------------------------------------------------------------
+
+
+class BulkAction(models.TextChoices):
+    RETRY = "retry"
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CONTINUE = "continue"
+    DECIDE = "decide"
+
+
+class BulkStatus(models.TextChoices):
+    """previewed (the scope is frozen, nothing done) → running → finished; previewed | running → cancelled.
+
+    A preview nobody executed before `expires_at` stays `previewed` and reads as expired: executing it is refused.
+    """
+
+    PREVIEWED = "previewed"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+class BulkOperation(models.Model):
+    """One action on a frozen scope of tasks: the exact ids (and what each looked like) a person previewed.
+
+    Executed item by item by the supervisor (recovery/bulk.py), each item through
+    the service a single click uses. Its status moves only through
+    `recovery.transitions.BULK`.
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="bulk_operations")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=BulkAction.choices)
+    # {"outcome", "note", "accept_duplicate_risk"}: one note and one consent for every item.
+    params = models.JSONField(default=dict, blank=True)
+    # What the person chose: {"ids": n} (by hand) or {"filter": {...}} (every task matching the board's filter).
+    selection = models.JSONField(default=dict, blank=True)
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
+    status = models.CharField(max_length=12, choices=BulkStatus.choices, default=BulkStatus.PREVIEWED)
+    # The scope's size and, as predicted at the preview, how many would be refused and why (reason → count).
+    count = models.PositiveIntegerField(default=0)
+    refusals = models.JSONField(default=dict, blank=True)
+    scope_hash = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "-id"], name="bulk_org_recent"),
+            models.Index(fields=["status", "started_at"], name="bulk_status_started"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=BulkStatus.values), name="bulk_status_valid"),
+            models.CheckConstraint(condition=Q(action__in=BulkAction.values), name="bulk_action_valid"),
+        ]
+
+    def __str__(self):
+        return f"bulk #{self.pk} {self.action} ({self.status})"
+
+
+class BulkResult(models.TextChoices):
+    PENDING = "", "pending"
+    APPLIED = "applied"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class BulkItem(models.Model):
+    """One task of a frozen scope: what it looked like at the preview, and what executing did to it.
+
+    `result` is written once (pending → applied | skipped | failed), by a
+    compare-and-set in the transaction of the item's own change.
+    """
+
+    op = models.ForeignKey(BulkOperation, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="bulk_items")
+    # The recovery action the item acts on (retry, decide, cancel) and its version at the preview.
+    action = models.ForeignKey(RecoveryAction, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    version = models.PositiveIntegerField(null=True, blank=True)
+    # The facts the preview saw (state, run, pause, target action): a difference at execution is "changed".
+    seen = models.JSONField(default=dict)
+    # "" when the preview expected it to apply; else the reason it expected a refusal.
+    predicted = models.CharField(max_length=48, blank=True)
+    result = models.CharField(max_length=8, choices=BulkResult.choices, blank=True, default=BulkResult.PENDING)
+    reason = models.CharField(max_length=48, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    # The run the item's change queued (a retry, a decision, Continue now).
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["op_id", "position"]
+        indexes = [models.Index(fields=["op", "result", "position"], name="bulk_item_pending")]
+        constraints = [
+            models.UniqueConstraint(fields=["op", "task"], name="bulk_item_one_per_task"),
+            models.UniqueConstraint(fields=["op", "position"], name="bulk_item_position_unique"),
+            models.CheckConstraint(condition=Q(result__in=BulkResult.values), name="bulk_item_result_valid"),
+        ]
+
+    def __str__(self):
+        return f"bulk #{self.op_id} item {self.position} (task #{self.task_id}: {self.result or 'pending'})"
+
+
+class SavedView(models.Model):
+    """A named board filter of one person (a preference: it changes nothing anyone else sees)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_views")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=80)
+    # The board's query parameters: state, q, agent, owner, tool, age, sort.
+    params = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["user", "org", "name"], name="saved_view_name_unique")]
+
+    def __str__(self):
+        return f"{self.name} ({self.user})"

@@ -10,7 +10,7 @@ from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
 from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
-from tasks.errors import Invalid, NotFound
+from tasks.errors import NotFound
 from tasks.holds import Hold
 from tasks.models import LEASED_RUN_STATUSES, Agent, Event, Message, Run, Step, Task
 from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
@@ -97,7 +97,8 @@ def attach_current_runs(tasks: list[Task]) -> None:
 MAX_QUERY = 200  # characters of a search that are used
 
 
-def _task_queryset(user, *, state: str, q: str):
+def task_queryset(user, *, state: str, q: str):
+    """Visible tasks in `state` (the SQL twin of presenters.task_state) matching the search `q` (title or #id)."""
     qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
     q = (q or "").strip()[:MAX_QUERY]
@@ -109,40 +110,19 @@ def _task_queryset(user, *, state: str, q: str):
     return qs
 
 
-def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int = 50, order: str = "newest"):
-    """One page of visible tasks and the cursor of the next (keyset, no OFFSET).
+def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int = 50):
+    """One page of visible tasks, newest first, and the cursor (an id) of the next (keyset, no OFFSET).
 
-    order "newest": newest task first, cursor is an id. order "attention": most
-    recently changed first, cursor is "<updated_at>_<id>".
+    The board's orders (last change, urgency) and filters are recovery.triage's.
     """
-    qs = _task_queryset(user, state=state, q=q).select_related("agent")
-    if order == "attention":
-        if cursor:
-            stamp, _, last_id = str(cursor).rpartition("_")
-            try:
-                when = datetime.fromisoformat(stamp)
-                last = int(last_id)
-            except ValueError as exc:
-                raise Invalid("That page cursor is not valid.", field="cursor") from exc
-            qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, pk__lt=last))
-        qs = qs.order_by("-updated_at", "-id")
-    else:
-        if cursor is not None:
-            qs = qs.filter(pk__lt=int(cursor))
-        qs = qs.order_by("-id")
-    tasks = list(qs.prefetch_related(action_prefetch(live_only=True))[: limit + 1])
+    qs = task_queryset(user, state=state, q=q).select_related("agent")
+    if cursor is not None:
+        qs = qs.filter(pk__lt=int(cursor))
+    tasks = list(qs.order_by("-id").prefetch_related(action_prefetch(live_only=True))[: limit + 1])
     more = len(tasks) > limit
     tasks = tasks[:limit]
     attach_current_runs(tasks)
-    if not (more and tasks):
-        return tasks, None
-    last = tasks[-1]
-    return tasks, (f"{last.updated_at.isoformat()}_{last.pk}" if order == "attention" else last.pk)
-
-
-def task_count(user, *, state: str = "all", q: str = "", cap: int = 10_000) -> int:
-    """How many tasks match, counting at most cap + 1 rows (never an unbounded COUNT(*))."""
-    return _task_queryset(user, state=state, q=q).order_by()[: cap + 1].count()
+    return tasks, (tasks[-1].pk if more and tasks else None)
 
 
 def task_detail(user, task_id: int) -> Task:

@@ -4,7 +4,7 @@ Every move bumps `version`, so a person acting on an older card is refused
 (`stale_version`) and nothing relies on a lock its caller may not hold.
 """
 
-from recovery.models import ActionStatus, RecoveryAction
+from recovery.models import ActionStatus, BulkOperation, BulkStatus, RecoveryAction
 from tasks.transitions import Machine
 
 A = ActionStatus
@@ -20,4 +20,17 @@ ACTIONS = Machine(
     },
     "recovery action",
     versioned=True,
+)
+
+B = BulkStatus
+
+# A bulk operation (DESIGN §12): previewed → running → finished; cancelled from either (a discarded
+# preview, or a stop midway: the items not reached yet are skipped, untouched).
+BULK = Machine(
+    BulkOperation,
+    {
+        B.PREVIEWED: frozenset({B.RUNNING, B.CANCELLED}),
+        B.RUNNING: frozenset({B.FINISHED, B.CANCELLED}),
+    },
+    "bulk operation",
 )

@@ -39,6 +39,8 @@ class A11yScenario:
     export_task: int  # a live workspace_export card
     held_task: int  # a reconcile held a file: the panel links its held copy
     held_copy: int
+    bulk_preview: int  # a bulk preview waiting to be confirmed
+    bulk_done: int  # a finished bulk operation: its progress and ledger
 
 
 def a11y_scenario(org, admin) -> A11yScenario:
@@ -60,7 +62,10 @@ def a11y_scenario(org, admin) -> A11yScenario:
         confirm_replay=["http_post"],
         reason="the billing hook dedupes on its request id",
     )
+    bulk_preview, bulk_done = bulk_scenario(admin, [unknown.task_id, continuation.task_id, exhausted.task_id])
     return A11yScenario(
+        bulk_preview=bulk_preview,
+        bulk_done=bulk_done,
         workspace_task=diverged.task_id,
         workspace_run=diverged.run_id,
         export_task=export.task_id,
@@ -73,6 +78,18 @@ def a11y_scenario(org, admin) -> A11yScenario:
         settled_task=settled.task_id,
         continuation_task=continuation.task_id,
     )
+
+
+def bulk_scenario(admin, task_ids: list[int]) -> tuple[int, int]:
+    """A preview waiting for its confirmation, and an operation run to its end (every item skipped: nothing here
+    is paused, so the other pages keep their states)."""
+    from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+
+    pending = bulk_preview(user=admin, action="pause", ids=task_ids)
+    done = bulk_preview(user=admin, action="resume", ids=task_ids)
+    bulk_execute(user=admin, op_id=done.pk, scope_hash=done.scope_hash)
+    bulk_advance(budget=10)
+    return pending.pk, done.pk
 
 
 def workspace_scenario(org, admin):
@@ -150,7 +167,11 @@ PAGES: list[Visit] = [
     Visit("change password", "/accounts/password_change/"),
     Visit("password changed", "/accounts/password_change/done/"),
     *(Visit(f"board: {label}", f"/?state={key}") for key, label in TABS),
+    Visit("board: filtered, most urgent first", "/?state=needs_decision&sort=urgency&tool=file_write&age=1h"),
     Visit("inbox", "/inbox/"),
+    Visit("bulk history", "/bulk/"),
+    Visit("bulk preview", "/bulk/{bulk_preview}/"),
+    Visit("bulk operation finished, its ledger", "/bulk/{bulk_done}/"),
     Visit("task: live unknown-outcome card", "/tasks/{unknown_task}/"),
     Visit("task: exhausted card", "/tasks/{exhausted_task}/"),
     Visit("task: settled card", "/tasks/{settled_task}/"),

@@ -14,6 +14,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
+from recovery.bulk import bulk_preview
+from recovery.models import SavedView
 from tasks.models import Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
@@ -101,6 +103,21 @@ TABLE: dict[str, Row] = {
                          {"version": "1", "repair": "reconcile"}),
     "action-repair-task": Row("POST", "page", expect(302, 403, 403, 409, 404, 404, 403), ("action_id",),
                               {"agent": "builder"}),
+    # --- triage: saved views and bulk operations ------------------------------------------------------------
+    "view-save": Row("POST", "page", expect(302, 302, 302, 302, 302, 302, 403),
+                     body={"name": "matrix view", "state": "all"}),
+    "view-delete": Row("POST", "page", expect(302, 404, 302, 404, 404, 404, 403), ("view_id",),
+                      note="a saved view is one person's: olive's is 404 to everyone else"),
+    "bulk": Row("GET", "page", PAGE_LIST),
+    "bulk-preview": Row("POST", "page", expect(302, 403, 302, 302, 404, 404, 403),
+                        body={"action": "pause", "ids": "TASK"}),
+    "bulk-detail": Row("GET", "page", expect(302, 200, 200, 200, 404, 200, 200), ("op_id",)),
+    # Only the person who previewed executes, with the preview's hash (a wrong one is 409 scope_changed).
+    "bulk-execute": Row("POST", "page", expect(302, 403, 409, 403, 404, 403, 403), ("op_id",),
+                        {"scope_hash": "not-the-preview"}),
+    "bulk-cancel": Row("POST", "page", expect(302, 403, 302, 302, 404, 302, 403), ("op_id",)),
+    "bulk-retry-failed": Row("POST", "page", expect(302, 403, 409, 409, 404, 409, 403), ("op_id",),
+                            note="nothing of a preview failed: 409"),
     # --- accounts ----------------------------------------------------------------------------------------------
     "login": Row("GET", "page", expect(200, 302, 302, 302, 302, 302, 302), note="signed in: on to the board"),
     "logout": Row("POST", "page", expect(302, 302, 302, 302, 302, 302, 403), fresh=True),
@@ -140,6 +157,13 @@ TABLE: dict[str, Row] = {
     "api-events": Row("GET", "api", API_LIST),
     # Agents are named per organization: globex's admin reads globex's own builder.
     "api-agent-settings": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403), ("name",)),
+    "api-bulk": Row("POST", "api", expect(401, 403, 201, 201, 404, 404, 403),
+                    body={"action": "pause", "ids": ["TASK"]}),
+    "api-bulk-detail": Row("GET", "api", expect(401, 200, 200, 200, 404, 200, 200), ("op_id",)),
+    "api-bulk-execute": Row("POST", "api", expect(401, 403, 409, 403, 404, 403, 403), ("op_id",),
+                            {"scope_hash": "not-the-preview"}),
+    "api-bulk-cancel": Row("POST", "api", expect(401, 403, 200, 200, 404, 200, 403), ("op_id",)),
+    "api-bulk-retry-failed": Row("POST", "api", expect(401, 403, 409, 409, 404, 409, 403), ("op_id",)),
     "api-workers": Row("GET", "api", API_LIST),
     "api-health": Row("GET", "api", API_LIST),
     "api-schema": Row("GET", "api", expect(200, 200, 200, 200, 200, 200, 200), note="public: it describes the API"),
@@ -221,6 +245,9 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     oscar = make_member(org, "oscar", "operator")  # sees the organization, not olive's private task
     stranger = make_member(other_org, "gina", "admin")
     seq = Step.objects.filter(run=action.run).order_by("seq").first().seq
+    # olive's preview of a bulk pause over the organization's task, and olive's saved view of the board.
+    op = bulk_preview(user=operator, action="pause", ids=[action.task_id])
+    view = SavedView.objects.create(user=operator, org=org, name="olive's view", params={"state": "all"})
 
     def ids(a):
         return {
@@ -230,6 +257,8 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "agent": "builder",
             "name": "builder",
             "seq": seq,
+            "op_id": op.pk,
+            "view_id": view.pk,
         }
 
     def session(user, *, csrf=False):
@@ -277,17 +306,29 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     return Scenario(ids(action), ids(hidden), clients, fresh)
 
 
+def with_ids(body: dict, ids: dict) -> dict:
+    """The body with "TASK" standing for the task the principal is pointed at (its own or the private one)."""
+
+    def one(v):
+        if v == "TASK":
+            return ids["task_id"]
+        return [one(x) for x in v] if isinstance(v, list) else v
+
+    return {k: one(v) for k, v in body.items()}
+
+
 def call(scenario: Scenario, name: str, row: Row, principal: str):
     ids = scenario.private_ids if principal == "private" else scenario.ids
     url = reverse(name, kwargs={k: ids[k] for k in row.kwargs}) if not name.endswith(":*") else None
     client = scenario.fresh[row.kind][principal]() if row.fresh else scenario.clients[row.kind][principal]
+    body = with_ids(row.body, ids)
     with transaction.atomic():
         if row.method == "GET":
             response = client.get(url)
         elif row.kind in ("api", "runner"):
-            response = client.post(url, row.body, format="json")
+            response = client.post(url, body, format="json")
         else:
-            response = client.post(url, row.body, HTTP_HX_REQUEST="true")
+            response = client.post(url, body, HTTP_HX_REQUEST="true")
         transaction.set_rollback(True)
     return response
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.db import transaction
 
-from recovery.models import ActionStatus, RecoveryAction
-from recovery.transitions import ACTIONS
+from recovery.models import ActionStatus, BulkOperation, BulkStatus, RecoveryAction
+from recovery.transitions import ACTIONS, BULK
 from tasks.errors import NotEligible
 from tasks.models import Event, Message, MessageStatus, Run, RunStatus, Task, TaskStatus
 from tasks.transitions import MESSAGES, RUNS, TASKS, IllegalTransition
@@ -25,11 +25,18 @@ MACHINES = {
     "task": (TASKS, TaskStatus.values),
     "message": (MESSAGES, MessageStatus.values),
     "action": (ACTIONS, ActionStatus.values),
+    "bulk": (BULK, BulkStatus.values),
 }
 
 
 def _row(name: str, org, status: str):
     """A row of the model in `status`, written directly as a fixture (the one place a test may)."""
+    if name == "bulk":
+        from django.utils import timezone
+
+        return BulkOperation.objects.create(
+            org=org, actor_name="test", action="pause", scope_hash="0" * 64, expires_at=timezone.now()
+        )
     task = e.start(org, [e.SAFE], title=f"{name}-{status}")
     if name == "task":
         Task.objects.filter(pk=task.pk).update(status=status)
@@ -118,7 +125,7 @@ def test_an_action_move_bumps_its_version(org, agent):
 
 # --- nothing else writes a status ---------------------------------------------------------
 
-STATUS_MODELS = ("Run", "Task", "Message", "RecoveryAction")
+STATUS_MODELS = ("Run", "Task", "Message", "RecoveryAction", "BulkOperation")
 SOURCES = [p for d in ("tasks", "recovery", "console") for p in (ROOT / d).rglob("*.py") if "migrations" not in p.parts]
 # Services create rows in their first status; only the transition module moves them.
 CREATORS = {

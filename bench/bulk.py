@@ -1,0 +1,221 @@
+"""bulk_5k: one bulk operation over 5,000 tasks, and the same over 1,000, on the bench database.
+
+What must not grow with the scope: the queries of one executed batch (each item goes
+through the single-click service, in batches of CONSOLE_BULK_BATCH), and the peak
+memory of the preview and of the execution (the scope is frozen and executed a chunk
+at a time, never held whole). Each size gets its own organization of tasks whose runs
+were cut off after dispatching a write: one open unknown-outcome action each,
+bulk-created valid against every constraint. The operation cancels those actions
+(every item applied), because the point is the executor's shape, not one service's cost.
+
+`figures()` returns records shaped for the bench runner's registry:
+{"name", "value", "unit", "baseline", "baseline_value", "ratio", "target_ratio", "better"}.
+`python -m bench bulk` prints them (bench/__main__.py).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from datetime import UTC, datetime, timedelta
+
+# The baseline holds two preview chunks (500 tasks each) and 20 batches: what is bounded by a chunk or a
+# batch is then compared with itself, not with a half-filled one.
+SIZES = (1_000, 5_000)
+ACTION = "cancel"
+
+
+def _seed(n: int):
+    """An organization with `n` tasks, each with an interrupted run and an open unknown-outcome action."""
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from recovery.models import RecoveryAction
+    from tasks.accounts import agent_add, member_add, org_create
+    from tasks.models import Agent, Run, Task
+
+    slug = f"bulk-{n}"
+    org, _ = org_create(slug=slug, name=f"Bulk {n}")
+    member_add(org=org, username=f"{slug}-operator", role="operator", password="bench-password-1234")
+    agent_add(org=org, name="builder")
+    agent = Agent.objects.get(org=org, name="builder")
+    now = datetime.now(UTC)
+    plan = {"steps": [{"tool": "file_write", "args": {"path": "report.md", "content": "# Report"}}]}
+    with transaction.atomic():
+        for first in range(0, n, 1000):
+            tasks = Task.objects.bulk_create(
+                [
+                    Task(org=org, agent=agent, title=f"post invoice {i}", status="blocked")
+                    for i in range(first, min(first + 1000, n))
+                ]
+            )
+            runs = Run.objects.bulk_create(
+                [
+                    Run(
+                        org=org,
+                        task=t,
+                        agent=agent,
+                        status="interrupted",
+                        input=plan,
+                        lease_owner="bench/w",
+                        lease_epoch=1,
+                        started_at=now,
+                        finished_at=now,
+                        error_code="lease_lapsed",
+                    )
+                    for t in tasks
+                ]
+            )
+            RecoveryAction.objects.bulk_create(
+                [
+                    RecoveryAction(
+                        org=org,
+                        task=t,
+                        run=r,
+                        kind="unknown_outcome",
+                        cause="unknown_outcome",
+                        evidence={"seq": 1, "tool": "file_write", "args": plan["steps"][0]["args"]},
+                        seq=1,
+                        original_owner=agent,
+                        recovery_owner="role:operator",
+                        due_at=now + timedelta(days=1),
+                    )
+                    for t, r in zip(tasks, runs, strict=True)
+                ]
+            )
+    return org, get_user_model().objects.get(username=f"{slug}-operator")
+
+
+def measure(n: int) -> dict:
+    """Preview and execute one operation over `n` tasks; queries per batch, peak memory, seconds."""
+    from django.db import connection, reset_queries
+    from django.test.utils import CaptureQueriesContext
+
+    from recovery.bulk import batch_size, bulk_batch, bulk_execute, bulk_preview
+    from recovery.models import BulkItem
+
+    org, user = _seed(n)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    with CaptureQueriesContext(connection) as ctx:
+        op = bulk_preview(user=user, action=ACTION, filter={"state": "needs_decision"}, org_id=org.pk)
+    preview_s = time.perf_counter() - started
+    preview_queries = len(ctx.captured_queries)
+    preview_peak = tracemalloc.get_traced_memory()[1] - base
+    del ctx
+    reset_queries()
+    gc.collect()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    bulk_execute(user=user, op_id=op.pk, scope_hash=op.scope_hash)
+    per_batch, started = [], time.perf_counter()
+    while True:
+        # Counting queries keeps their text until the next reset: reset after every batch, as the
+        # executor itself keeps nothing between batches.
+        with CaptureQueriesContext(connection) as ctx:
+            settled = bulk_batch(op.pk)
+        if not settled:
+            break
+        per_batch.append(len(ctx.captured_queries))
+        del ctx
+        reset_queries()
+    execute_s = time.perf_counter() - started
+    execute_peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    applied = BulkItem.objects.filter(op=op, result="applied").count()
+    assert op.count == n and applied == n, f"{applied} of {n} applied"
+    full = per_batch[:-1] or per_batch  # the last batch may be short
+    return {
+        "items": n,
+        "batch": batch_size(),
+        "batches": len(per_batch),
+        "preview_queries": preview_queries,
+        "preview_s": preview_s,
+        "queries_per_batch": max(full),
+        "execute_s": execute_s,
+        "preview_peak_bytes": preview_peak,
+        "execute_peak_bytes": execute_peak,
+    }
+
+
+def _record(name, value, unit, base_n, base_value, target, better="lower") -> dict:
+    return {
+        "name": name,
+        "value": round(value, 3),
+        "unit": unit,
+        "baseline": f"the same operation over {base_n:,} tasks",
+        "baseline_value": round(base_value, 3),
+        "ratio": round(value / base_value, 3) if base_value else None,
+        "target_ratio": target,
+        "better": better,
+    }
+
+
+def _records(small: dict, large: dict) -> list[dict]:
+    n0, n1 = small["items"], large["items"]
+    return [
+        _record(
+            f"bulk_{n1}_queries_per_batch", large["queries_per_batch"], "queries", n0, small["queries_per_batch"], 1.0
+        ),
+        _record(
+            f"bulk_{n1}_execute_peak_memory",
+            large["execute_peak_bytes"] / 1024,
+            "KiB",
+            n0,
+            small["execute_peak_bytes"] / 1024,
+            1.0,
+        ),
+        _record(
+            f"bulk_{n1}_preview_peak_memory",
+            large["preview_peak_bytes"] / 1024,
+            "KiB",
+            n0,
+            small["preview_peak_bytes"] / 1024,
+            1.0,
+        ),
+        _record(
+            f"bulk_{n1}_peak_memory_per_item",
+            large["execute_peak_bytes"] / n1,
+            "bytes/item",
+            n0,
+            small["execute_peak_bytes"] / n0,
+            n0 / n1,
+        ),
+        _record(f"bulk_{n1}_seconds_per_item", large["execute_s"] / n1, "s/item", n0, small["execute_s"] / n0, 1.0),
+    ]
+
+
+def _measure_both(sizes) -> tuple[dict, dict]:
+    from django.conf import settings
+
+    settings.DEBUG = False  # CaptureQueriesContext counts regardless; DEBUG would keep every query's text
+    return measure(min(sizes)), measure(max(sizes))
+
+
+def figures(sizes=SIZES) -> list[dict]:
+    """The records for the bench runner: the largest size compared with the smallest (target ratio 1.0 = flat)."""
+    return _records(*_measure_both(sizes))
+
+
+def run(sizes=SIZES) -> list[dict]:
+    """Measure, print a line per size and per record, return the records."""
+    small, large = _measure_both(sizes)
+    for m in (small, large):
+        print(
+            f"   {m['items']:>6,} tasks: preview {m['preview_s']:.2f} s in {m['preview_queries']} queries, "
+            f"peak {m['preview_peak_bytes'] / 1024:,.0f} KiB; execute {m['batches']} batches of {m['batch']} in "
+            f"{m['execute_s']:.1f} s, at most {m['queries_per_batch']} queries per batch, "
+            f"peak {m['execute_peak_bytes'] / 1024:,.0f} KiB (times under tracemalloc)",
+            flush=True,
+        )
+    records = _records(small, large)
+    for r in records:
+        print(
+            f"   {r['name']:<40} {r['value']:>12,} {r['unit']:<10} vs {r['baseline_value']:>10,} "
+            f"(ratio {r['ratio']}, target {r['target_ratio']:.3g})",
+            flush=True,
+        )
+    return records
