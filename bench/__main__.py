@@ -46,7 +46,9 @@ def _configure_environment() -> str | None:
     if server_url.startswith(("postgres://", "postgresql://")):
         parts = urlsplit(server_url)
         os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + BENCH_DB_NAME))
-        _pg_admin(server_url, f"DROP DATABASE IF EXISTS {BENCH_DB_NAME} WITH (FORCE)", f"CREATE DATABASE {BENCH_DB_NAME}")
+        _pg_admin(
+            server_url, f"DROP DATABASE IF EXISTS {BENCH_DB_NAME} WITH (FORCE)", f"CREATE DATABASE {BENCH_DB_NAME}"
+        )
         return server_url
     if server_url:
         raise SystemExit(f"bench: unsupported DATABASE_URL {server_url.split(':', 1)[0]}://… (SQLite or PostgreSQL)")

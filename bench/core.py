@@ -260,7 +260,9 @@ def table(records: list[Record]) -> str:
     widths[2] = min(widths[2], 70)
     lines = []
     for n, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(w) if i < 5 else cell for i, (cell, w) in enumerate(zip(row, widths))))
+        lines.append(
+            "  ".join(cell.ljust(w) if i < 5 else cell for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     notes = [f"  {r.name}: {r.note}" for r in records if r.note]

@@ -65,12 +65,16 @@ class Machine:
         where: dict | None = None,
         strict: bool = True,
         event: Event | None = None,
+        obj: models.Model | None = None,
         **fields,
     ) -> int:
         """Move one row to `to` if its status is an allowed source (or one of `expect`).
 
         `where` adds conditions to the compare-and-set (e.g. `version`). Returns
-        the row count (0 or 1); with `strict` a 0 raises NotEligible.
+        the row count (0 or 1); with `strict` a 0 raises NotEligible. `obj`, the
+        caller's instance of the row, takes what was written when the move is made
+        (a field written as an expression is left to be read again on access), so
+        the caller need not read the row back.
         """
         self._in_transaction()
         qs = self.model.objects.filter(pk=pk, status__in=self.sources(to, expect))
@@ -88,6 +92,13 @@ class Machine:
                     status=current,
                 )
             return 0
+        if obj is not None:
+            obj.status = to
+            for name, value in fields.items():
+                if hasattr(value, "resolve_expression"):
+                    obj.__dict__.pop(self.model._meta.get_field(name).attname, None)
+                else:
+                    setattr(obj, name, value)
         if event is not None:
             event_append(
                 org_id=event.org_id,

@@ -1,0 +1,35 @@
+from django.db import migrations
+
+# On PostgreSQL every statement that appends events wakes the web processes' relays: a statement-level
+# trigger NOTIFYs, and PostgreSQL folds identical notifications of one transaction into one, delivered
+# on commit. So a service pays no round trip of its own for the wake-up, and a transaction sends one.
+CREATE = """
+CREATE FUNCTION console_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('console_events', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER console_events_notify AFTER INSERT ON tasks_event
+    FOR EACH STATEMENT EXECUTE FUNCTION console_events_notify();
+"""
+DROP = """
+DROP TRIGGER IF EXISTS console_events_notify ON tasks_event;
+DROP FUNCTION IF EXISTS console_events_notify();
+"""
+
+
+def create(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(CREATE)
+
+
+def drop(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(DROP)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("tasks", "0008_run_queue_place")]
+
+    operations = [migrations.RunPython(create, drop)]
