@@ -17,7 +17,7 @@ from django.utils import timezone
 from tasks import lifecycle
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
-from tasks.events import event_append
+from tasks.events import actor_name, event_append
 from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
@@ -35,7 +35,7 @@ from tasks.models import (
 )
 from tasks.modes import mode_for
 from tasks.selectors import task_facts
-from tasks.transitions import MESSAGES, RUNS, TASKS, Event
+from tasks.transitions import MESSAGES, RUNS, TASKS, Event, claim_queued_run
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
@@ -198,16 +198,47 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
     """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
     A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
-    queued after its chain began. On PostgreSQL rows are taken with `FOR UPDATE SKIP LOCKED` from the
-    partial index of queued runs, so concurrent claimers never wait for each other and never take the
-    same run; on SQLite the IMMEDIATE transaction serializes claimers. The claim, its event and the
-    instance's bookkeeping are one transaction. Returns None when nothing is admissible.
+    queued after its chain began. On PostgreSQL the claim is one statement (tasks.transitions
+    `claim_queued_run`) taking rows with `FOR UPDATE SKIP LOCKED` from the partial index of queued
+    runs, so concurrent claimers never wait for each other and never take the same run; on SQLite the
+    IMMEDIATE transaction serializes claimers. The claim, its event and the instance's bookkeeping are
+    one transaction. Returns None when nothing is admissible.
     """
     label = (label or "").strip()[:100] or worker.name
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            return _claim_in_one_statement(worker, label)
         run = _claim(worker, label)
         instance_seen(worker=worker, label=label, claimed=run is not None)
     return run
+
+
+def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
+    skipped: list[int] = []
+    for _ in range(20):
+        now = timezone.now()
+        run, candidate = claim_queued_run(
+            org_id=worker.org_id,
+            worker=worker,
+            label=label,
+            owner=f"{worker.name}/{label}"[:200],
+            actor=actor_name(worker),
+            now=now,
+            expires=now + lease_delta(),
+            skipped=skipped,
+        )
+        if run is not None:
+            _claimed(run)
+            return run
+        if candidate is None:
+            return None
+        # A child task or a continuation: locked by the statement, claimed here through the machine.
+        run = Run.objects.select_related("task__org", "agent").get(pk=candidate)
+        if _take(run, worker, label):
+            instance_seen(worker=worker, label=label, claimed=True)
+            return run
+        skipped.append(run.pk)
+    return None
 
 
 def _claim_candidates(worker: Worker, skipped: list[int]):
@@ -235,54 +266,64 @@ def _claim(worker: Worker, label: str) -> Run | None:
         run = _claim_candidates(worker, skipped).first()
         if run is None:
             return None
-        # Everything but an ancestor's pause is filtered in SQL; only a child task has ancestors to ask.
-        if run.task.parent_id is not None and task_hold(task_facts(run.task)) is not None:
-            skipped.append(run.pk)
-            continue
-        now = timezone.now()
-        # The row is locked (on SQLite the IMMEDIATE transaction holds the database), so the epoch read
-        # is the current one and this compare-and-set cannot miss; `obj` takes the written fields.
-        if not RUNS.move(
-            run.pk,
-            RunStatus.RUNNING,
-            strict=False,
-            obj=run,
-            lease_worker=worker,
-            lease_owner=f"{worker.name}/{label}"[:200],
-            lease_epoch=run.lease_epoch + 1,
-            lease_expires_at=now + lease_delta(),
-            started_at=now,
-        ):
-            skipped.append(run.pk)
-            continue
-        _task_follows_claim(run.task, now)
-        # Follow-ups reach the agent with the claim of the continuation they were admitted into.
-        delivered = []
-        if run.continues_id is not None:
-            delivered = MESSAGES.move_all(
-                Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
-            )
-        event_append(
-            org_id=run.org_id,
-            task_id=run.task_id,
-            run_id=run.pk,
-            kind="run_claimed",
-            actor=worker,
-            payload={
-                "epoch": run.lease_epoch,
-                "owner": run.lease_owner,
-                "attempt": run.attempt,
-                "continues": run.continues_id,
-                "messages_delivered": sorted(delivered),
-            },
-        )
-        if run.continues_id is None:
-            # A chain starts (a first run, a fresh start): what the workspace holds now is its
-            # baseline, e.g. inputs a person put there. Later differences are then real ones.
-            manifest_record(task=run.task, scan_all=True, source="baseline")
-        lifecycle.run_started(run)
-        return run
+        if _take(run, worker, label):
+            return run
+        skipped.append(run.pk)
     return None
+
+
+def _take(run: Run, worker: Worker, label: str) -> bool:
+    """Claim the locked candidate `run` through the machine; False if a hold or a change refuses it."""
+    # Everything but an ancestor's pause is filtered in SQL; only a child task has ancestors to ask.
+    if run.task.parent_id is not None and task_hold(task_facts(run.task)) is not None:
+        return False
+    now = timezone.now()
+    # The row is locked (on SQLite the IMMEDIATE transaction holds the database), so the epoch read
+    # is the current one and this compare-and-set cannot miss; `obj` takes the written fields.
+    if not RUNS.move(
+        run.pk,
+        RunStatus.RUNNING,
+        strict=False,
+        obj=run,
+        lease_worker=worker,
+        lease_owner=f"{worker.name}/{label}"[:200],
+        lease_epoch=run.lease_epoch + 1,
+        lease_expires_at=now + lease_delta(),
+        started_at=now,
+    ):
+        return False
+    _task_follows_claim(run.task, now)
+    # Follow-ups reach the agent with the claim of the continuation they were admitted into.
+    delivered = []
+    if run.continues_id is not None:
+        delivered = MESSAGES.move_all(
+            Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
+        )
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_claimed",
+        actor=worker,
+        payload={
+            "epoch": run.lease_epoch,
+            "owner": run.lease_owner,
+            "attempt": run.attempt,
+            "continues": run.continues_id,
+            "messages_delivered": sorted(delivered),
+        },
+    )
+    _claimed(run)
+    return True
+
+
+def _claimed(run: Run) -> None:
+    """What follows every claim, in its transaction: the chain's workspace baseline, the listeners."""
+    if run.continues_id is None:
+        # A chain starts (a first run, a fresh start): what the workspace holds now is its
+        # baseline, e.g. inputs a person put there. Later differences are then real ones.
+        manifest_record(task=run.task, scan_all=True, source="baseline")
+    lifecycle.run_started(run)
 
 
 def _task_follows_claim(task: Task, now) -> None:
@@ -300,13 +341,18 @@ def _task_follows_claim(task: Task, now) -> None:
     task.updated_at = now
 
 
-def _held_run(*, worker: Worker, run_id: int, epoch, profile: bool = False, seq: int | None = None) -> Run:
+def _held_run(
+    *, worker: Worker, run_id: int, epoch, profile: bool = False, seq: int | None = None, plan: bool = False
+) -> Run:
     """Lock and return the run if `worker` holds its lease at `epoch`, else StaleLease.
 
     With `profile` the agent's profile comes along; with `seq` the run carries `saved_step_id`, the id of
     its step `seq` if one is saved (all in the one locking statement).
     """
+    # A runner write never needs the run's plan (it can be large): it is not read with the lock.
     qs = Run.objects.select_for_update(of=("self",)).filter(pk=run_id)
+    if not plan:
+        qs = qs.defer("input")
     if profile:
         qs = qs.select_related("agent__profile")
     if seq is not None:
@@ -334,6 +380,7 @@ def _held_step(*, worker: Worker, run_id: int, epoch, seq, related: tuple[str, .
     step = (
         Step.objects.select_for_update(of=("self", "run"))
         .select_related("run", *related)
+        .defer("run__input")
         .filter(run_id=run_id, seq=seq)
         .first()
         if isinstance(seq, int) and not isinstance(seq, bool)
@@ -634,7 +681,7 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
     the work is done). `succeeded` is refused while a step is still planned or
     dispatched; `stopped` is refused for a run nobody asked to stop.
     """
-    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch, plan=True)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
         raise Invalid("`status` must be succeeded, failed or stopped.", field="status")
     if status == RunStatus.SUCCEEDED:
