@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from tasks import lifecycle
+from tasks import checkpoints, lifecycle
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import actor_name, event_append
@@ -404,13 +404,34 @@ def run_heartbeat(*, worker: Worker, run_id: int, epoch: int) -> Run:
     return run
 
 
-@transaction.atomic
 def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     """Record that the run intends to call `tool` as step `seq`; resolves its recovery mode.
 
     Repeating the same plan returns the saved step; a different plan for a taken
-    `seq` is refused.
+    `seq` is refused. A top-level step is one statement on PostgreSQL (tasks.checkpoints).
     """
+    if (
+        checkpoints.available()
+        and parent_seq is None
+        and tool != "subagent"
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and seq >= 1
+        and isinstance(tool, str)
+        and tool
+        and isinstance(args if args is not None else {}, dict)
+        and payload_size(args or {}) <= settings.CONSOLE_MAX_PAYLOAD
+    ):
+        step = checkpoints.plan(
+            worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=args or {}, now=timezone.now()
+        )
+        if step is not None:
+            return step
+    return _step_plan(worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=args, parent_seq=parent_seq)
+
+
+@transaction.atomic
+def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         _held_run(worker=worker, run_id=run_id, epoch=epoch)
         raise Invalid("`seq` must be a positive integer.", field="seq")
@@ -462,13 +483,21 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     return step
 
 
-@transaction.atomic
 def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     """Durably record that step `seq` is about to run. The worker runs the tool only after this commits.
 
     Refused while a stop is requested (nothing new starts after Stop), and for a
-    step that is not planned.
+    step that is not planned. One statement on PostgreSQL (tasks.checkpoints).
     """
+    if checkpoints.available() and isinstance(seq, int) and not isinstance(seq, bool):
+        step = checkpoints.dispatch(worker=worker, run_id=run_id, epoch=epoch, seq=seq, now=timezone.now())
+        if step is not None:
+            return step
+    return _step_dispatch(worker=worker, run_id=run_id, epoch=epoch, seq=seq)
+
+
+@transaction.atomic
+def _step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     step = _held_step(worker=worker, run_id=run_id, epoch=epoch, seq=seq)
     run = step.run
     if step.phase == StepPhase.DISPATCHED and step.dispatch_epoch == epoch:
@@ -496,8 +525,66 @@ def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     return step
 
 
-@transaction.atomic
 def step_complete(
+    *,
+    worker: Worker,
+    run_id: int,
+    epoch: int,
+    seq: int,
+    ok: bool,
+    result=None,
+    error: str = "",
+    usage=None,
+    result_too_large: bool = False,
+    files=None,
+) -> tuple[Step, bool]:
+    """Record the outcome of a dispatched step; returns it and whether the run should stop.
+
+    See `_step_complete`. A step that changes no workspace file, of a task without a budget limit,
+    is one statement on PostgreSQL (tasks.checkpoints).
+    """
+    usage = 1 if usage is None else usage
+    if (
+        checkpoints.available()
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and isinstance(ok, bool)
+        and not result_too_large
+        and not files
+        and isinstance(usage, int)
+        and not isinstance(usage, bool)
+        and usage >= 0
+        and payload_size(result) <= settings.CONSOLE_MAX_PAYLOAD
+    ):
+        done = checkpoints.complete(
+            worker=worker,
+            run_id=run_id,
+            epoch=epoch,
+            seq=seq,
+            ok=ok,
+            result=result,
+            error="" if error is None else str(error)[:10_000],
+            usage=usage,
+            now=timezone.now(),
+        )
+        if done is not None:
+            return done
+    return _step_complete(
+        worker=worker,
+        run_id=run_id,
+        epoch=epoch,
+        seq=seq,
+        ok=ok,
+        result=result,
+        error=error,
+        usage=usage,
+        result_too_large=result_too_large,
+        files=files,
+    )
+
+
+@transaction.atomic
+def _step_complete(
     *,
     worker: Worker,
     run_id: int,

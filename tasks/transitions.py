@@ -286,9 +286,9 @@ def claim_queued_run(*, org_id: int, worker, label: str, owner: str, actor: str,
         "expires": expires,
         "skipped": list(skipped),
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(), params)
-        row = cursor.fetchone()
+    from tasks.checkpoints import fetch_one
+
+    row = fetch_one(_claim_sql(), params)
     if row is None:
         return None, None
     candidate, claimed, values = row[0], row[1], row[2:]

@@ -1,8 +1,11 @@
 from django.db import migrations
 
-# On PostgreSQL every statement that appends events wakes the web processes' relays: a statement-level
-# trigger NOTIFYs, and PostgreSQL folds identical notifications of one transaction into one, delivered
-# on commit. So a service pays no round trip of its own for the wake-up, and a transaction sends one.
+# On PostgreSQL appending an event wakes the web processes' relays: a trigger NOTIFYs, and PostgreSQL
+# folds identical notifications of one transaction into one, delivered on commit. So a service pays no
+# round trip of its own for the wake-up, and a transaction sends one. A claim's `run_claimed` does not
+# notify: a notifying commit takes a lock that serializes every other notifying commit, which would
+# make concurrent claimers wait for each other; the claimed run's next write (its first step, its
+# finish) wakes the relays within moments, and the relays' poll takes the claim regardless.
 CREATE = """
 CREATE FUNCTION console_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -11,7 +14,7 @@ BEGIN
 END
 $$;
 CREATE TRIGGER console_events_notify AFTER INSERT ON tasks_event
-    FOR EACH STATEMENT EXECUTE FUNCTION console_events_notify();
+    FOR EACH ROW WHEN (NEW.kind <> 'run_claimed') EXECUTE FUNCTION console_events_notify();
 """
 DROP = """
 DROP TRIGGER IF EXISTS console_events_notify ON tasks_event;
