@@ -233,6 +233,8 @@ def timed(fn) -> float:
 def _num(value) -> str:
     if value is None:
         return "-"
+    if float(value).is_integer() and abs(value) < 1000:
+        return str(int(value))
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if abs(value) >= 10:

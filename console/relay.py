@@ -4,12 +4,14 @@ It tails the Event table in id order and hands each batch to the consumers of
 this process that watch the affected organization, task or run. PostgreSQL's
 LISTEN/NOTIFY only wakes it early; correctness comes from the tail itself (a
 short poll always runs), so a lost notification delays an update, never loses
-it. Ids that commit out of order (a gap that fills later) are re-read for a
+it. SQLite has no LISTEN: there the relay watches the database's write-ahead
+log, which every commit of every process appends to, and a change wakes it. Ids that commit out of order (a gap that fills later) are re-read for a
 while, so no committed change is missed.
 """
 
 import asyncio
 import logging
+import os
 import time
 from collections import defaultdict
 
@@ -25,6 +27,7 @@ log = logging.getLogger("console.relay")
 NOTIFY_CHANNEL = "console_events"
 GAP_SECONDS = 30.0  # how long a missing id may still commit (a long transaction)
 BATCH = 500
+WAL_WATCH_SECONDS = 0.02  # how often the SQLite relay looks at the write-ahead log (one stat call)
 ACCESS_EVENTS = ("member_removed", "member_set")
 
 
@@ -100,6 +103,8 @@ class Relay:
             self.task = loop.create_task(self._run(), name="console-event-relay")
             if connection.vendor == "postgresql":
                 self.listener = loop.create_task(self._listen(), name="console-event-listen")
+            elif connection.vendor == "sqlite":
+                self.listener = loop.create_task(self._watch_wal(), name="console-event-wal")
         finally:
             self.starting = None
 
@@ -137,6 +142,25 @@ class Relay:
             except Exception:
                 log.warning("relay LISTEN connection lost; polling until it is back", exc_info=True)
                 await asyncio.sleep(2)
+
+    async def _watch_wal(self) -> None:
+        """Wake the tail when the SQLite write-ahead log changed (size or time): someone committed.
+
+        Cheap enough to do often (a stat, no query); the tail it wakes finds nothing new when the
+        commit appended no event (a heartbeat), and the poll still runs if the log is not there.
+        """
+        wal = f"{connection.settings_dict['NAME']}-wal"
+        seen = None
+        while True:
+            try:
+                st = os.stat(wal)
+                now = (st.st_mtime_ns, st.st_size)
+            except OSError:
+                now = None
+            if seen is not None and now != seen:
+                self.wake.set()
+            seen = now
+            await asyncio.sleep(WAL_WATCH_SECONDS)
 
     def _fetch(self) -> list[Event]:
         events = []

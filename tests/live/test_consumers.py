@@ -182,6 +182,23 @@ async def test_a_committed_change_reaches_the_task_page_as_the_cards_a_reload_dr
         await communicator.disconnect()
 
 
+async def test_a_commit_wakes_the_relay_at_once_without_waiting_for_its_poll(org, agent, operator, settings):
+    """PostgreSQL's NOTIFY, SQLite's write-ahead log: either wakes the tail, so a push is not a poll away."""
+    settings.CONSOLE_RELAY_POLL_SECONDS = 30
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="report", agent="builder", input=SAFE_PLAN
+    )
+    communicator = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        await asyncio.sleep(0.3)  # past the relay's first look at the database
+        started = time.monotonic()
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        await receive_until(communicator, lambda m: "Resume task" in m, timeout=5)
+        assert time.monotonic() - started < 2
+    finally:
+        await communicator.disconnect()
+
+
 async def test_the_run_page_receives_its_run_card_when_the_run_is_interrupted(org, agent, operator):
     task, run = await database_sync_to_async(running_task)(org)
     communicator = await subscribed(f"/ws/runs/{run.pk}/", operator)
