@@ -141,6 +141,9 @@ def main(argv: list[str]) -> int:
             else:
                 _drop_sqlite()
         shutil.rmtree(WORKSPACES, ignore_errors=True)
+        if not failed:  # the daphne logs of the socket and runner figures: kept only to explain a failure
+            for log in BENCH_DIR.glob("daphne-*.log"):
+                log.unlink(missing_ok=True)
     elapsed = time.monotonic() - started
     out = BENCH_DIR / "results.json"
     out.write_text(json.dumps([r.as_json() for r in records], indent=2) + "\n")
