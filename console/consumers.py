@@ -3,16 +3,13 @@
 No business logic: what to render comes from console.live, what changed from the relay.
 """
 
-import asyncio
 import json
 import logging
-import random
 from urllib.parse import parse_qs
 
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
 from console import live
 from console.relay import relay
@@ -31,7 +28,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.filters = {"state": (query.get("state") or ["all"])[0], "q": (query.get("q") or [""])[0]}
         self.subscribed = False
-        self.watchdog = None
         # The newest event the page is known to reflect: the page says so in the URL
         # (and again in each resync), so a batch it already shows is never pushed.
         try:
@@ -49,17 +45,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
-        # Subscribe before any snapshot is taken, so no event falls between them.
+        # Subscribe before any snapshot is taken, so no event falls between them. The relay re-reads
+        # every socket's access on a schedule of its own (the safety net for changes with no event).
         await relay.subscribe(self)
         self.subscribed = True
-        self.watchdog = asyncio.create_task(self._recheck_access())
 
     async def disconnect(self, code):
         if self.subscribed:
             relay.unsubscribe(self)
             self.subscribed = False
-        if self.watchdog:
-            self.watchdog.cancel()
 
     # --- what the relay needs ---------------------------------------------------------
 
@@ -114,10 +108,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return html + notice + live.cursor_fragment(cursor), cursor
 
     async def recheck_access(self) -> bool:
-        """Re-read this user's access; close with 4403 if it is gone. Returns whether it remains."""
+        """Re-read this user's access now (a membership changed); close with 4403 if it is gone."""
         if not self.subscribed:
             return False
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        return await self.apply_access(access)
+
+    def access_key(self) -> tuple:
+        return (self.user.pk, self.page, self.obj_id)
+
+    async def apply_access(self, access) -> bool:
+        """Act on a fresh reading of the access: close with 4403 if it is gone, else take the role and privacy."""
+        if not self.subscribed:
+            return False
+        live.fresh(self.user)  # renders re-read the memberships of this socket's user
         if not access.ok:
             relay.unsubscribe(self)
             self.subscribed = False
@@ -125,19 +129,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return False
         self.role, self.private = access.role, access.private
         return True
-
-    async def _recheck_access(self) -> None:
-        """The safety net for changes that append no event (a task made private, an admin edit).
-
-        Membership changes made through the services are acted on at once by the relay.
-        """
-        interval = float(settings.CONSOLE_LIVE_RECHECK_SECONDS)
-        try:
-            await asyncio.sleep(random.uniform(0, interval))  # spread sockets opened together
-            while await self.recheck_access():
-                await asyncio.sleep(interval)
-        except asyncio.CancelledError:
-            pass
 
 
 class BoardConsumer(LiveConsumer):

@@ -5,7 +5,8 @@ this process that watch the affected organization, task or run. PostgreSQL's
 LISTEN/NOTIFY only wakes it early; correctness comes from the tail itself (a
 short poll always runs), so a lost notification delays an update, never loses
 it. SQLite has no LISTEN: there the relay watches the database's write-ahead
-log, which every commit of every process appends to, and a change wakes it. Ids that commit out of order (a gap that fills later) are re-read for a
+log, which every commit of every process appends to, and a change wakes it.
+Ids that commit out of order (a gap that fills later) are re-read for a
 while, so no committed change is missed.
 """
 
@@ -61,6 +62,7 @@ class Relay:
         self.loop = None
         self.starting: asyncio.Task | None = None
         self.starting_loop = None
+        self.rechecker: asyncio.Task | None = None
 
     # --- subscriptions -----------------------------------------------------------
 
@@ -93,14 +95,16 @@ class Relay:
 
     async def _start(self, loop) -> None:
         try:
-            for stale in (self.task, self.listener):
-                if stale is not None and not stale.done():
+            for stale in (self.task, self.listener, self.rechecker):
+                # A task of another (e.g. closed) loop cannot be cancelled from this one.
+                if stale is not None and not stale.done() and stale.get_loop() is loop:
                     stale.cancel()
             self.loop = loop
             self.wake = asyncio.Event()
             self.last_id = await database_sync_to_async(live.last_event_id)()
             self.gaps.clear()
             self.task = loop.create_task(self._run(), name="console-event-relay")
+            self.rechecker = loop.create_task(self._recheck_loop(), name="console-access-recheck")
             if connection.vendor == "postgresql":
                 self.listener = loop.create_task(self._listen(), name="console-event-listen")
             elif connection.vendor == "sqlite":
@@ -161,6 +165,30 @@ class Relay:
                 self.wake.set()
             seen = now
             await asyncio.sleep(WAL_WATCH_SECONDS)
+
+    async def _recheck_loop(self) -> None:
+        """The safety net for access changes that append no event (a task made private, an admin's edit).
+
+        Every CONSOLE_LIVE_RECHECK_SECONDS each distinct (user, page, object) among this process's sockets
+        is read once, in an executor thread of its own: the push path (the relay's thread) never waits
+        behind 200 sockets' checks, and 200 tabs of one page cost one check. Membership changes made
+        through the services are acted on at once by `recheck` (their events).
+        """
+        while True:
+            await asyncio.sleep(float(settings.CONSOLE_LIVE_RECHECK_SECONDS))
+            consumers = [c for c in self.consumers() if c.subscribed]
+            if not consumers:
+                continue
+            wanted = {c.access_key(): (c.user, c.page, c.obj_id) for c in consumers}
+            try:
+                found = await database_sync_to_async(_read_access, thread_sensitive=False)(wanted)
+            except Exception:
+                log.exception("access recheck failed; trying again next interval")
+                continue
+            for consumer in consumers:
+                access = found.get(consumer.access_key())
+                if access is not None:
+                    await consumer.apply_access(access)
 
     def _fetch(self) -> list[Event]:
         events = []
@@ -261,6 +289,10 @@ class Relay:
                 if renders[key]:
                     await consumer.push(renders[key], cursor)
         metrics.observe_pushed(events)
+
+
+def _read_access(wanted: dict) -> dict:
+    return {key: live.check_access(user, page, obj_id) for key, (user, page, obj_id) in wanted.items()}
 
 
 relay = Relay()

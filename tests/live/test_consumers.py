@@ -37,7 +37,7 @@ def reset_relay() -> None:
     """The relay is one per process and bound to the loop of its first subscriber; every test has its own loop."""
     relay.subscribers.clear()
     relay.gaps.clear()
-    relay.task = relay.listener = relay.loop = relay.last_id = None
+    relay.task = relay.listener = relay.rechecker = relay.loop = relay.last_id = None
 
 
 @pytest.fixture(autouse=True)

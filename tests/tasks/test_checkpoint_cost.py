@@ -19,9 +19,7 @@ def _claimed(org, steps):
     return e.claim(e.first_run(e.start(org, steps)))
 
 
-def test_one_step_is_three_statements_on_postgresql_and_bounded_on_sqlite(
-    org, agent, django_assert_max_num_queries
-):
+def test_one_step_is_three_statements_on_postgresql_and_bounded_on_sqlite(org, agent, django_assert_max_num_queries):
     run = _claimed(org, [e.SAFE, e.SAFE])
     fence = {"worker": e.worker(org), "run_id": run.pk, "epoch": run.lease_epoch, "seq": 1}
     # SQLite: each write locks its step and run in one read, writes, appends its event (plus savepoints).
