@@ -342,6 +342,34 @@ async def test_a_task_made_private_stops_reaching_other_members_task_page(org, a
         await page.disconnect()
 
 
+async def test_many_tabs_of_one_page_cost_one_access_check_per_interval_and_all_close_when_it_is_gone(
+    org, agent, operator, monkeypatch
+):
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="open", agent="builder", input=SAFE_PLAN, creator=operator
+    )
+    tabs = [await subscribed(f"/ws/tasks/{task.pk}/", colleague) for _ in range(3)]
+    checks = []
+    real = live.check_access
+
+    def counted(user, page, obj_id):
+        checks.append(time.monotonic())
+        return real(user, page, obj_id)
+
+    monkeypatch.setattr(live, "check_access", counted)
+    try:
+        await asyncio.sleep(0.5)  # two intervals of 0.2 s
+        assert 1 <= len(checks) <= 3, checks  # one per interval, not one per tab
+        await database_sync_to_async(type(task).objects.filter(pk=task.pk).update)(private=True)
+        for tab in tabs:
+            code, sent = await close_code(tab, timeout=5)
+            assert code == 4403 and sent == []
+    finally:
+        for tab in tabs:
+            await tab.disconnect()
+
+
 # --- resync -------------------------------------------------------------------------------
 
 
