@@ -31,6 +31,11 @@ def available() -> bool:
     return connection.vendor == "postgresql"
 
 
+def _integers(*values) -> bool:
+    """Only well-typed fences go this way: anything else is for the general path to refuse."""
+    return all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in values)
+
+
 def _held(statuses: tuple[str, ...], *, budget_free: bool = False) -> str:
     """The fenced lock of the run: held by this worker at this epoch, leased, not lapsed."""
     run_t, task_t = Run._meta.db_table, Task._meta.db_table
@@ -149,6 +154,8 @@ SELECT {_returning()}, r.status FROM s, r
 
 def plan(*, worker, run_id: int, epoch: int, seq: int, tool: str, args: dict, now) -> Step | None:
     """A top-level step of a tool other than `subagent`, planned for the first time."""
+    if not _integers(run_id, epoch, seq):
+        return None
     row = fetch_one(
         PLAN_SQL,
         {
@@ -163,6 +170,8 @@ def plan(*, worker, run_id: int, epoch: int, seq: int, tool: str, args: dict, no
 
 
 def dispatch(*, worker, run_id: int, epoch: int, seq: int, now) -> Step | None:
+    if not _integers(run_id, epoch, seq):
+        return None
     row = fetch_one(DISPATCH_SQL, {**_fence(worker=worker, run_id=run_id, epoch=epoch, now=now), "seq": seq})
     return _step(row) if row else None
 
@@ -174,6 +183,8 @@ def complete(
 
     Returns the step and whether the run was asked to stop.
     """
+    if not _integers(run_id, epoch, seq, usage) or usage >= 2**31:
+        return None
     row = fetch_one(
         COMPLETE_SQL,
         {

@@ -113,3 +113,21 @@ def test_each_transaction_wakes_the_relays_once_and_a_claim_leaves_it_to_the_run
             e.complete_step(run, 1)
             e.plan_step(run, 2)
         assert _notifications(listener) == 1
+
+
+@pytest.mark.parametrize("epoch", [True, "1", 1.0, None])
+def test_an_epoch_that_is_not_an_integer_is_a_stale_lease_on_every_write(org, agent, epoch):
+    from tasks.errors import StaleLease
+
+    run = _claimed(org, [e.SAFE])
+    e.plan_step(run, 1)
+    w = e.worker(org)
+    before = Event.objects.count()
+    with pytest.raises(StaleLease):
+        services.step_plan(worker=w, run_id=run.pk, epoch=epoch, seq=2, tool="sleep", args={})
+    with pytest.raises(StaleLease):
+        services.step_dispatch(worker=w, run_id=run.pk, epoch=epoch, seq=1)
+    with pytest.raises(StaleLease):
+        services.step_complete(worker=w, run_id=run.pk, epoch=epoch, seq=1, ok=True)
+    assert Step.objects.get(run=run, seq=1).phase == "planned"
+    assert Event.objects.count() == before
