@@ -46,7 +46,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-bench: venv
+# The bench's peers (procrastinate) are an extra of their own: the product never imports them.
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check ".[test,bench]"
+	@touch $@
+
+bench: venv $(VENV)/.bench-installed
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

@@ -9,8 +9,8 @@ bulk-created valid against every constraint. The operation cancels those actions
 (every item applied), because the point is the executor's shape, not one service's cost.
 
 `figures()` returns records shaped for the bench runner's registry:
-{"name", "value", "unit", "baseline", "baseline_value", "ratio", "target_ratio", "better"}.
-`python -m bench bulk` prints them (bench/__main__.py).
+{"name", "value", "unit", "baseline", "baseline_value", "ratio", "target_ratio", "better"};
+`bulk()` registers them with the runner (`python -m bench bulk`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import gc
 import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta
+
+from bench.core import Context, figure, record
 
 # The baseline holds two preview chunks (500 tasks each) and 20 batches: what is bounded by a chunk or a
 # batch is then compared with itself, not with a half-filled one.
@@ -200,22 +202,15 @@ def figures(sizes=SIZES) -> list[dict]:
     return _records(*_measure_both(sizes))
 
 
-def run(sizes=SIZES) -> list[dict]:
-    """Measure, print a line per size and per record, return the records."""
-    small, large = _measure_both(sizes)
-    for m in (small, large):
-        print(
-            f"   {m['items']:>6,} tasks: preview {m['preview_s']:.2f} s in {m['preview_queries']} queries, "
-            f"peak {m['preview_peak_bytes'] / 1024:,.0f} KiB; execute {m['batches']} batches of {m['batch']} in "
-            f"{m['execute_s']:.1f} s, at most {m['queries_per_batch']} queries per batch, "
-            f"peak {m['execute_peak_bytes'] / 1024:,.0f} KiB (times under tracemalloc)",
-            flush=True,
-        )
-    records = _records(small, large)
-    for r in records:
-        print(
-            f"   {r['name']:<40} {r['value']:>12,} {r['unit']:<10} vs {r['baseline_value']:>10,} "
-            f"(ratio {r['ratio']}, target {r['target_ratio']:.3g})",
-            flush=True,
-        )
-    return records
+@figure(
+    "bulk_5000_queries_per_batch",
+    "bulk_5000_execute_peak_memory",
+    "bulk_5000_preview_peak_memory",
+    "bulk_5000_peak_memory_per_item",
+    "bulk_5000_seconds_per_item",
+    budget=120,
+    order=95,
+)
+def bulk(ctx: Context):
+    """One bulk operation over 5,000 tasks against the same over 1,000: queries per batch and memory stay flat."""
+    return [record(r.pop("name"), **{k: v for k, v in r.items() if k != "ratio"}) for r in figures()]

@@ -1,107 +1,45 @@
-"""Live-update fan-out: from a committed change to its fragment on every open socket.
+"""Live pages at 200 sockets, against a real daphne on the bench database.
 
-Starts a daphne on a throwaway SQLite file under var/bench (or on DATABASE_URL
-when it is set), opens N websockets to one task page, commits pause/resume
-toggles through the service, and measures, per socket, the time from the
-commit returning to the fragment carrying that commit's event arriving. Beside
-it, the bare InMemoryChannelLayer round trip measured in the same run.
+push_p99_vs_channel_rtt: 200 websockets on one task page; a change is committed through the service (a
+pause or resume) and, per socket, the time from the commit returning to the fragment carrying that
+commit's event arriving; p99 over every socket of every commit. Beside it, interleaved commit by commit,
+the bare channel layer: `group_send` to 200 receivers of an InMemoryChannelLayer in this process, p99 of
+the time until each receiver has its message.
 
-    .venv/bin/python -m bench.sockets [--sockets 200] [--toggles 30]
-    .venv/bin/python -m bench sockets      (the same, on `python -m bench`'s database)
-
-Reports only: it never fails on speed.
+reconnect_200: 200 pages whose sockets drop and reconnect, each asking to resync from its cursor (the
+server re-renders every card of the page from saved state), until all 200 have their fresh cards; beside
+it, 200 fresh page loads: `GET` of the page (its first render) and its socket opened, until all 200 are
+done. Alternating, median of each side.
 """
 
-import argparse
+from __future__ import annotations
+
 import asyncio
-import os
+import gc
 import random
-import secrets
-import shutil
-import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH_DIR = ROOT / "var" / "bench"
+from bench.core import Context, figure, median, percentile, record
 
-
-def setup_django() -> Path | None:
-    """Configure Django on the bench database; return the SQLite file to delete afterwards, if any."""
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    throwaway = None
-    if not os.environ.get("DATABASE_URL"):
-        throwaway = BENCH_DIR / f"sockets-{os.getpid()}.sqlite3"
-        os.environ["DATABASE_URL"] = f"sqlite:///{throwaway}"
-    os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(32))
-    os.environ.setdefault("CONSOLE_HTTPS", "0")
-    os.environ.setdefault("CONSOLE_WORKSPACES", str(BENCH_DIR / f"sockets-workspaces-{os.getpid()}"))
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
-    sys.path.insert(0, str(ROOT))
-
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
-    return throwaway
+SOCKETS = 200
+COMMITS = 30
+RECONNECT_ROUNDS = 3  # per side
+CONCURRENCY = 50  # connections opened at once, as a burst of browsers would
 
 
-def percentile(samples: list[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+async def group_send_round(layer, channels: list[str]) -> list[float]:
+    """One group_send to every channel of the group; the time until each has its message."""
+    started = time.perf_counter()
 
-
-def line(label: str, samples: list[float]) -> str:
-    ms = [s * 1000 for s in samples]
-    return (
-        f"{label:<46} p50 {percentile(ms, 50):8.2f} ms   p99 {percentile(ms, 99):8.2f} ms   "
-        f"max {max(ms):8.2f} ms   (n={len(ms)})"
-    )
-
-
-# --- the bare channel layer ------------------------------------------------------------
-
-
-async def channel_layer_round_trip(n: int = 2000) -> list[float]:
-    from channels.layers import InMemoryChannelLayer
-
-    layer = InMemoryChannelLayer()
-    channel = await layer.new_channel()
-    samples = []
-    for _ in range(n):
-        started = time.perf_counter()
-        await layer.send(channel, {"type": "bench.ping"})
+    async def receive(channel):
         await layer.receive(channel)
-        samples.append(time.perf_counter() - started)
-    return samples
+        return time.perf_counter() - started
 
-
-async def channel_layer_group_fanout(receivers: int, rounds: int = 30) -> list[float]:
-    """group_send to `receivers` channels; the time until each of them has its message."""
-    from channels.layers import InMemoryChannelLayer
-
-    layer = InMemoryChannelLayer(capacity=1000)
-    channels = [await layer.new_channel() for _ in range(receivers)]
-    for channel in channels:
-        await layer.group_add("bench", channel)
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-
-        async def receive(channel, started=started):
-            await layer.receive(channel)
-            return time.perf_counter() - started
-
-        waiting = [asyncio.ensure_future(receive(c)) for c in channels]
-        await layer.group_send("bench", {"type": "bench.ping"})
-        samples += await asyncio.gather(*waiting)
-    return samples
-
-
-# --- the live sockets --------------------------------------------------------------------
+    waiting = [asyncio.ensure_future(receive(c)) for c in channels]
+    await asyncio.sleep(0)
+    started = time.perf_counter()
+    await layer.group_send("bench", {"type": "bench.ping"})
+    return list(await asyncio.gather(*waiting))
 
 
 class Probe:
@@ -132,29 +70,13 @@ class Probe:
             self.arrived.clear()
             await self.arrived.wait()
 
-
-def make_fixture():
-    """An organization, an operator with a session, and a task with a queued run."""
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
-    from tasks.accounts import agent_add, member_add, org_create
-    from tasks.services import task_create
-
-    slug = f"bench-{secrets.token_hex(4)}"
-    org, _ = org_create(slug=slug, name="Bench")
-    member_add(org=org, username=slug, role="operator", password=secrets.token_hex(12))
-    agent_add(org=org, name="builder")
-    task = task_create(
-        org=org, actor="bench", title="fan-out", agent="builder", input={"steps": [{"tool": "sleep", "args": {}}]}
-    )
-    user = get_user_model().objects.get(username=slug)
-    client = Client()
-    client.force_login(user)
-    return org, user, task, client.cookies["sessionid"].value
+    async def close(self) -> None:
+        await self.ws.close()
+        self.pump.cancel()
+        await asyncio.gather(self.pump, return_exceptions=True)
 
 
-def current_cursor() -> int:
+def _last_event() -> int:
     from django.db import connections
 
     from console.live import last_event_id
@@ -162,122 +84,165 @@ def current_cursor() -> int:
     try:
         return last_event_id()
     finally:
-        connections.close_all()  # this worker thread's connection; a DROP DATABASE afterwards must not wait
+        connections.close_all()
 
 
-def toggle(task_id: int, user) -> tuple[float, int]:
-    """Pause or resume (whichever changes something); return when it committed and the id of its event."""
+def _toggle(task_id: int, user) -> tuple[float, int]:
+    """Pause or resume (whichever changes something); when it committed and the id of its event."""
     from django.db import connections
 
-    from console.live import last_event_id
-    from tasks.models import Task
+    from tasks.models import Event, Task
     from tasks.services import task_pause, task_resume
 
     try:
         task = Task.objects.get(pk=task_id)
         (task_resume if task.paused else task_pause)(actor=user, task=task)
         committed = time.perf_counter()
-        return committed, last_event_id()
+        return committed, Event.objects.filter(task_id=task_id).order_by("-id").values_list("id", flat=True)[0]
     finally:
         connections.close_all()
 
 
-async def run_sockets(server, task_id: int, user, session: str, n_sockets: int, toggles: int) -> dict:
-    from tests.live.wsclient import WebSocket
+class Live:
+    def __init__(self, server, task_id: int, session: str):
+        self.server, self.task_id, self.session = server, task_id, session
+        self.url = f"ws://127.0.0.1:{server.port}/ws/tasks/{task_id}/"
+        self.gate = asyncio.Semaphore(CONCURRENCY)
 
-    url = f"ws://127.0.0.1:{server.port}/ws/tasks/{task_id}/"
-    gate = asyncio.Semaphore(50)
+    async def socket(self, *, resync: dict | None = None) -> Probe:
+        from tests.live.wsclient import WebSocket
 
-    async def open_one():
-        async with gate:
-            return await WebSocket.connect(url, origin=server.url, cookie=f"sessionid={session}", timeout=60)
+        async with self.gate:
+            ws = await WebSocket.connect(
+                self.url, origin=self.server.url, cookie=f"sessionid={self.session}", timeout=60
+            )
+            probe = Probe(ws)
+            if resync is not None:
+                await ws.send_json({"type": "resync", **resync})
+            return probe
 
-    cursor = await asyncio.to_thread(current_cursor)
-    started = time.perf_counter()
-    sockets = await asyncio.gather(*(open_one() for _ in range(n_sockets)))
-    probes = [Probe(ws) for ws in sockets]
-    # What a page sends on open: its cursor is current, so the server has nothing to resend.
-    for probe in probes:
-        await probe.ws.send_json({"type": "resync", "last_event": cursor, "reconnect": False})
-    connect_seconds = time.perf_counter() - started
+    async def page_load(self, client, cursor: int) -> Probe:
+        """A fresh page: its first render over HTTP, then its socket (whose resync has nothing to send)."""
+        async with self.gate:
+            response = await client.get(f"/tasks/{self.task_id}/")
+            if response.status_code != 200:
+                raise RuntimeError(f"GET /tasks/{self.task_id}/ answered {response.status_code}")
+        return await self.socket(resync={"last_event": cursor, "reconnect": False})
 
-    latencies, per_commit, commit_seconds = [], [], []
+
+async def _commit_round(probes: list[Probe], task_id: int, user) -> list[float]:
+    committed, event_id = await asyncio.to_thread(_toggle, task_id, user)
+    needle = f'data-last-event="{event_id}"'
     try:
-        # An unmeasured first commit: every socket receiving it proves every subscription is in place.
-        for k in range(toggles + 1):
-            # Commit at a random moment relative to the relay's poll, not in step with it.
-            await asyncio.sleep(random.uniform(0, 0.5))
-            before = time.perf_counter()
-            committed, event_id = await asyncio.to_thread(toggle, task_id, user)
-            commit_seconds.append(committed - before)
-            needle = f'data-last-event="{event_id}"'
-            try:
-                arrivals = await asyncio.wait_for(asyncio.gather(*(p.first(needle) for p in probes)), 60)
-            except TimeoutError:
-                got = sum(any(needle in m for _, m in p.inbox) for p in probes)
-                closed = sum(p.ws.close_code is not None for p in probes)
-                raise RuntimeError(
-                    f"commit {k} (event {event_id}) reached {got} of {len(probes)} sockets within 60 s "
-                    f"({closed} closed); see {server.log}"
-                ) from None
-            if k == 0:
-                continue
-            latencies += [t - committed for t in arrivals]
-            per_commit.append(max(arrivals) - committed)
+        arrivals = await asyncio.wait_for(asyncio.gather(*(p.first(needle) for p in probes)), 60)
+    except TimeoutError:
+        got = sum(any(needle in m for _, m in p.inbox) for p in probes)
+        raise RuntimeError(f"event {event_id} reached {got} of {len(probes)} sockets within 60 s") from None
+    return [t - committed for t in arrivals]
+
+
+async def _measure(ctx: Context, server, task_id: int, user, session: str) -> dict:
+    import httpx
+    from channels.layers import InMemoryChannelLayer
+
+    live = Live(server, task_id, session)
+    layer = InMemoryChannelLayer(capacity=1000)
+    channels = [await layer.new_channel() for _ in range(SOCKETS)]
+    for channel in channels:
+        await layer.group_add("bench", channel)
+
+    cursor = await asyncio.to_thread(_last_event)
+    probes = await asyncio.gather(
+        *(live.socket(resync={"last_event": cursor, "reconnect": False}) for _ in range(SOCKETS))
+    )
+    out = {"push": [], "fanout": [], "reconnect": [], "fresh": [], "last": []}
+    # The measuring process's own garbage collector would stall whichever side it hits: keep it out.
+    gc.collect()
+    gc.disable()
+    try:
+        await _commit_round(probes, task_id, user)  # unmeasured: proves every subscription is in place
+        await group_send_round(layer, channels)
+        push_deadline = ctx.deadline - ctx.budget * 0.45  # leave the rest for the reconnects
+        for k in range(COMMITS):
+            if time.monotonic() > push_deadline and out["push"]:
+                break
+            await asyncio.sleep(random.uniform(0.05, 0.3))  # commit at a random moment, not in step with a poll
+            pair = [lambda: _commit_round(probes, task_id, user), lambda: group_send_round(layer, channels)]
+            for which in (0, 1) if k % 2 == 0 else (1, 0):
+                samples = await pair[which]()
+                out["push" if which == 0 else "fanout"] += samples
+                if which == 0:
+                    out["last"].append(max(samples))
+
+        cookies = {"sessionid": session}
+        async with httpx.AsyncClient(base_url=server.url, cookies=cookies, timeout=60) as client:
+            for k in range(RECONNECT_ROUNDS):
+                if ctx.left() < 10 and out["reconnect"] and out["fresh"]:
+                    break
+                for side in ("reconnect", "fresh") if k % 2 == 0 else ("fresh", "reconnect"):
+                    cursor = await asyncio.to_thread(_last_event)
+                    await asyncio.gather(*(p.close() for p in probes))
+                    started = time.perf_counter()
+                    if side == "reconnect":
+                        probes = await asyncio.gather(
+                            *(live.socket(resync={"last_event": cursor, "reconnect": True}) for _ in range(SOCKETS))
+                        )
+                        await asyncio.wait_for(asyncio.gather(*(p.first('id="live-notice"') for p in probes)), 120)
+                    else:
+                        probes = await asyncio.gather(*(live.page_load(client, cursor) for _ in range(SOCKETS)))
+                    out[side].append(time.perf_counter() - started)
     finally:
-        for probe in probes:
-            await probe.ws.close()
-            probe.pump.cancel()
-        await asyncio.gather(*(p.pump for p in probes), return_exceptions=True)
-    return {
-        "latencies": latencies,
-        "last_socket": per_commit,
-        "commit": commit_seconds,
-        "connect_seconds": connect_seconds,
-    }
+        gc.enable()
+        await asyncio.gather(*(p.close() for p in probes), return_exceptions=True)
+    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sockets", description=__doc__.splitlines()[0])
-    parser.add_argument("--sockets", type=int, default=200)
-    parser.add_argument("--toggles", type=int, default=30)
-    args = parser.parse_args(argv)
-
-    throwaway = setup_django()
+@figure("push_p99_vs_channel_rtt", "reconnect_200", budget=150, order=80, group="sockets")
+def sockets(ctx: Context):
     from django.db import connection
 
+    from bench.core import BENCH_DIR
+    from bench.fixtures import org_with_people, session_cookie
+    from tasks import services
     from tests.processes import Server
 
-    vendor = connection.vendor
-    org, user, task, session = make_fixture()
+    org, agent, operator, _ = org_with_people("bench-sockets")
+    task = services.task_create(
+        org=org, actor="bench", title="fan-out", agent=agent.name, input={"steps": [{"tool": "sleep", "args": {}}]}
+    )
+    session = session_cookie(operator)
+    connection.close()
     server = Server(log=BENCH_DIR / "daphne-sockets.log").start()
     try:
-        result = asyncio.run(run_sockets(server, task.pk, user, session, args.sockets, args.toggles))
-        bare = asyncio.run(channel_layer_round_trip())
-        fanout = asyncio.run(channel_layer_group_fanout(args.sockets))
+        out = asyncio.run(_measure(ctx, server, task.pk, operator, session))
     finally:
         server.stop()
-        shutil.rmtree(task.workspace, ignore_errors=True)
-        if Path(os.environ["CONSOLE_WORKSPACES"]).name == f"sockets-workspaces-{os.getpid()}":
-            shutil.rmtree(os.environ["CONSOLE_WORKSPACES"], ignore_errors=True)
-        if throwaway is not None:
-            connection.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{throwaway}{suffix}").unlink(missing_ok=True)
-
-    poll = "LISTEN/NOTIFY + 2 s poll" if vendor == "postgresql" else "0.3 s poll"
-    print(f"live sockets: {args.sockets} sockets on one task page, {args.toggles} commits, {vendor} ({poll})")
-    print(f"  {args.sockets} sockets opened and resynced (as a page does) in {result['connect_seconds']:.2f} s")
-    print("  " + line("commit → fragment, every socket", result["latencies"]))
-    print("  " + line(f"commit → fragment on all {args.sockets} sockets", result["last_socket"]))
-    print("  " + line("the service call itself, to its commit", result["commit"]))
-    print("  " + line("InMemoryChannelLayer send → receive", bare))
-    print("  " + line(f"InMemoryChannelLayer group_send → {args.sockets} receive", fanout))
-    print(f"  mean commit → fragment {statistics.mean(result['latencies']) * 1000:.1f} ms")
-    if throwaway is None:
-        print(f"  (organization {org.slug!r} stays in database {connection.settings_dict['NAME']!r})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    poll = "woken by LISTEN/NOTIFY" if ctx.postgres else "woken by SQLite's data_version"
+    return [
+        record(
+            "push_p99_vs_channel_rtt",
+            value=percentile(out["push"], 99) * 1000,
+            unit="ms",
+            baseline=f"bare group_send to {SOCKETS} receivers, p99",
+            baseline_value=percentile(out["fanout"], 99) * 1000,
+            target_ratio=3.0,
+            better="lower",
+            note=f"commit → fragment on {SOCKETS} sockets of one task page ({poll}), p99 of "
+            f"{len(out['push'])} arrivals over {len(out['push']) // SOCKETS} commits; p50 / p90 / max "
+            f"{percentile(out['push'], 50) * 1000:.0f} / {percentile(out['push'], 90) * 1000:.0f} / "
+            f"{max(out['push']) * 1000:.0f} ms vs {percentile(out['fanout'], 50) * 1000:.1f} / "
+            f"{percentile(out['fanout'], 90) * 1000:.1f} / {max(out['fanout']) * 1000:.1f} ms; last socket of "
+            f"each commit, median {median(out['last']) * 1000:.0f} ms",
+        ),
+        record(
+            "reconnect_200",
+            value=median(out["reconnect"]),
+            unit="s",
+            baseline=f"{SOCKETS} fresh page loads (GET + socket)",
+            baseline_value=median(out["fresh"]),
+            target_ratio=1.5,
+            better="lower",
+            note=f"until all {SOCKETS} pages show saved state, {CONCURRENCY} connecting at once; median of "
+            f"{len(out['reconnect'])} + {len(out['fresh'])} alternating rounds",
+        ),
+    ]

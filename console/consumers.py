@@ -6,14 +6,12 @@ No business logic: what to render comes from console.live, what changed from the
 import asyncio
 import json
 import logging
-import random
 import time
 from urllib.parse import parse_qs
 
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.utils import timezone
 
 from console import live
@@ -98,10 +96,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
         self.orgs = await database_sync_to_async(live.nav_orgs)(self.user)
-        # Subscribe before any snapshot is taken, so no event falls between them.
+        # Subscribe before any snapshot is taken, so no event falls between them. The relay re-reads
+        # every socket's access on a schedule of its own (the safety net for changes with no event);
+        # the socket itself watches only its session's expiry, which no event announces.
         await relay.subscribe(self)
         self.subscribed = True
-        self.watchdog = asyncio.create_task(self._recheck_access())
+        self.watchdog = asyncio.create_task(self._session_expiry())
 
     async def disconnect(self, code):
         if self.subscribed:
@@ -204,6 +204,17 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return False
         access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        return await self.apply_access(access)
+
+    def access_key(self) -> tuple:
+        return (self.user.pk, self.page, self.obj_id)
+
+    async def apply_access(self, access) -> bool:
+        """Act on a fresh reading of the access (the relay's periodic check, shared by every socket of the same
+        user and page): close with 4403 if it is gone, else take the role and privacy."""
+        if not self.subscribed:
+            return False
+        live.fresh(self.user)  # renders re-read the memberships of this socket's user
         if not access.ok:
             relay.unsubscribe(self)
             self.subscribed = False
@@ -212,25 +223,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.role, self.private = access.role, access.private
         return True
 
-    async def _recheck_access(self) -> None:
-        """The safety net for changes that append no event (a task made private, an admin edit).
-
-        Membership changes made through the services are acted on at once by the relay.
-        """
-        interval = float(settings.CONSOLE_LIVE_RECHECK_SECONDS)
+    async def _session_expiry(self) -> None:
+        """Close the socket the moment its session expires; a session extended meanwhile is followed."""
         try:
-            await asyncio.sleep(self._until_next(random.uniform(0, interval)))  # spread sockets opened together
-            while await self.recheck_access():
-                await asyncio.sleep(self._until_next(interval))
+            while self.subscribed and self.session_expires_at is not None:
+                left = (self.session_expires_at - timezone.now()).total_seconds()
+                await asyncio.sleep(max(0.0, left) + 0.01)
+                if not await self.recheck_access():
+                    return
         except asyncio.CancelledError:
             pass
-
-    def _until_next(self, interval: float) -> float:
-        """The next recheck: after `interval`, or the moment the session expires if that comes first."""
-        if self.session_expires_at is None:
-            return interval
-        left = (self.session_expires_at - timezone.now()).total_seconds()
-        return max(0.0, min(interval, left + 0.01))
 
 
 class BoardConsumer(LiveConsumer):

@@ -53,7 +53,9 @@ MESSAGE_EVENTS = frozenset(
 )
 COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened"})
 # Events after which the files or the workspace's hold may differ (the panel reads the disk again).
-QUIET_FOR_WORKSPACE = frozenset({"step_planned", "step_dispatched", "run_claimed", "run_queued"})
+QUIET_FOR_WORKSPACE = frozenset(
+    {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed"}
+)
 
 
 def parts_for(kinds: set[str]) -> set[str]:

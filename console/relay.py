@@ -4,7 +4,9 @@ It tails the Event table in id order and hands each batch to the consumers of
 this process that watch the affected organization, task or run. PostgreSQL's
 LISTEN/NOTIFY only wakes it early; correctness comes from the tail itself (a
 short poll always runs), so a lost notification delays an update, never loses
-it. Ids that commit out of order (a gap that fills later) are re-read for a
+it. SQLite has no LISTEN: there the relay watches `PRAGMA data_version`, which
+changes with every commit of any other connection, and a change wakes it.
+Ids that commit out of order (a gap that fills later) are re-read for a
 while, so no committed change is missed.
 """
 
@@ -25,6 +27,7 @@ log = logging.getLogger("console.relay")
 NOTIFY_CHANNEL = "console_events"
 GAP_SECONDS = 30.0  # how long a missing id may still commit (a long transaction)
 BATCH = 500
+WAL_WATCH_SECONDS = 0.02  # how often the SQLite relay asks whether anyone committed (PRAGMA data_version)
 ACCESS_EVENTS = ("member_removed", "member_set")
 # A person signed out or changed their password (tasks.accounts.session_ended): re-check their sockets' sessions.
 SESSION_EVENTS = ("session_ended",)
@@ -60,6 +63,7 @@ class Relay:
         self.loop = None
         self.starting: asyncio.Task | None = None
         self.starting_loop = None
+        self.rechecker: asyncio.Task | None = None
 
     # --- subscriptions -----------------------------------------------------------
 
@@ -92,16 +96,20 @@ class Relay:
 
     async def _start(self, loop) -> None:
         try:
-            for stale in (self.task, self.listener):
-                if stale is not None and not stale.done():
+            for stale in (self.task, self.listener, self.rechecker):
+                # A task of another (e.g. closed) loop cannot be cancelled from this one.
+                if stale is not None and not stale.done() and stale.get_loop() is loop:
                     stale.cancel()
             self.loop = loop
             self.wake = asyncio.Event()
             self.last_id = await database_sync_to_async(live.last_event_id)()
             self.gaps.clear()
             self.task = loop.create_task(self._run(), name="console-event-relay")
+            self.rechecker = loop.create_task(self._recheck_loop(), name="console-access-recheck")
             if connection.vendor == "postgresql":
                 self.listener = loop.create_task(self._listen(), name="console-event-listen")
+            elif connection.vendor == "sqlite":
+                self.listener = loop.create_task(self._watch_wal(), name="console-event-wal")
         finally:
             self.starting = None
 
@@ -139,6 +147,55 @@ class Relay:
             except Exception:
                 log.warning("relay LISTEN connection lost; polling until it is back", exc_info=True)
                 await asyncio.sleep(2)
+
+    async def _watch_wal(self) -> None:
+        """Wake the tail when another connection committed to the SQLite database.
+
+        `PRAGMA data_version` on a connection of our own changes whenever any other connection (of any
+        process) has committed since the last look: a read of shared memory, no query of a table, cheap
+        enough every few milliseconds. A commit that appended no event (a heartbeat) wakes a tail that
+        finds nothing; the poll still runs whatever happens here.
+        """
+        import sqlite3
+
+        name = str(connection.settings_dict["NAME"])
+        if not name or name == ":memory:" or name.startswith("file::memory:"):
+            return
+        conn = sqlite3.connect(name, timeout=1, check_same_thread=False)
+        try:
+            seen = conn.execute("PRAGMA data_version").fetchone()[0]
+            while True:
+                await asyncio.sleep(WAL_WATCH_SECONDS)
+                now = conn.execute("PRAGMA data_version").fetchone()[0]
+                if now != seen:
+                    seen = now
+                    self.wake.set()
+        finally:
+            conn.close()
+
+    async def _recheck_loop(self) -> None:
+        """The safety net for access changes that append no event (a task made private, an admin's edit).
+
+        Every CONSOLE_LIVE_RECHECK_SECONDS each distinct (user, page, object) among this process's sockets
+        is read once, in an executor thread of its own: the push path (the relay's thread) never waits
+        behind 200 sockets' checks, and 200 tabs of one page cost one check. Membership changes made
+        through the services are acted on at once by `recheck` (their events).
+        """
+        while True:
+            await asyncio.sleep(float(settings.CONSOLE_LIVE_RECHECK_SECONDS))
+            consumers = [c for c in self.consumers() if c.subscribed]
+            if not consumers:
+                continue
+            wanted = {c.access_key(): (c.user, c.page, c.obj_id) for c in consumers}
+            try:
+                found = await database_sync_to_async(_read_access, thread_sensitive=False)(wanted)
+            except Exception:
+                log.exception("access recheck failed; trying again next interval")
+                continue
+            for consumer in consumers:
+                access = found.get(consumer.access_key())
+                if access is not None:
+                    await consumer.apply_access(access)
 
     def _fetch(self) -> list[Event]:
         events = []
@@ -295,6 +352,10 @@ class Relay:
                 if key not in counts:
                     counts[key] = await database_sync_to_async(live.nav_count)(consumer.user)
                 await consumer.push_extra(counts[key])
+
+
+def _read_access(wanted: dict) -> dict:
+    return {key: live.check_access(user, page, obj_id) for key, (user, page, obj_id) in wanted.items()}
 
 
 relay = Relay()

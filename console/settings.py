@@ -134,6 +134,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     # A database that does not answer fails a request (and /healthz) in seconds, not minutes.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+    # Connections are reused through psycopg's pool, one per process shared by its threads (Django's
+    # advice under ASGI, where persistent per-thread connections would leak with the executor's threads):
+    # a request no longer opens a connection of its own. CONSOLE_DB_POOL=0 turns it off (e.g. behind
+    # pgbouncer); CONSOLE_DB_POOL_MAX bounds each process's connections. A request waits at most
+    # CONSOLE_DB_POOL_TIMEOUT seconds for a connection: a database that is gone still fails it (and /healthz)
+    # in seconds, since the pool keeps reconnecting in the background rather than in the request.
+    if env_bool("CONSOLE_DB_POOL", True):
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": env_int("CONSOLE_DB_POOL_MAX", 20),
+            "timeout": float(os.environ.get("CONSOLE_DB_POOL_TIMEOUT") or 2),
+        }
     test_name = os.environ.get("CONSOLE_PG_TEST_NAME")
     if test_name:
         DATABASES["default"]["TEST"] = {"NAME": test_name}

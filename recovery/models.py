@@ -64,7 +64,11 @@ class RecoveryAction(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["org", "status"], name="action_org_status")]
+        indexes = [
+            models.Index(fields=["org", "status"], name="action_org_status"),
+            # A page's "has an open / exhausted action" checks look up the actions of its own tasks only.
+            models.Index(fields=["task", "status"], name="action_task_status"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["task", "kind", "run"],

@@ -25,6 +25,8 @@ def _attempt_of(run: Run) -> RecoveryAttempt | None:
 
 
 def on_run_started(run: Run) -> None:
+    if run.continues_id is None:
+        return  # attempts create continuations: a run that continues nothing settles no attempt
     attempt = _attempt_of(run)
     if attempt is None:
         return

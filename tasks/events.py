@@ -1,7 +1,5 @@
 """The one way an Event is written."""
 
-from django.db import connection
-
 from tasks.models import Event
 
 
@@ -23,13 +21,10 @@ def event_append(
 ) -> Event:
     """Append one event. Call it inside the transaction of the change it records.
 
-    On PostgreSQL it also NOTIFYs the web processes' relays; the notification
-    is delivered on commit and only wakes them early (they poll regardless).
+    On PostgreSQL the insert also wakes the web processes' relays: a trigger
+    NOTIFYs (migration tasks 0009), which PostgreSQL delivers once per
+    transaction, on commit. It only wakes them early; they poll regardless.
     """
-    event = Event.objects.create(
+    return Event.objects.create(
         org_id=org_id, task_id=task_id, run_id=run_id, kind=kind, actor=actor_name(actor), payload=payload or {}
     )
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("NOTIFY console_events")
-    return event

@@ -10,6 +10,7 @@ import secrets
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Organization(models.Model):
@@ -217,6 +218,9 @@ class Run(models.Model):
     # The holder's last lease renewal (a heartbeat is bookkeeping, not an Event).
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The run's place in the queue: when its chain first joined it. A continuation keeps the place of the
+    # run it continues, so recovery is claimed before work queued after its chain began (not starved by it).
+    queued_since = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # Set when retention purged the step payloads (args, results) of this run.
@@ -225,6 +229,8 @@ class Run(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["org", "status", "id"], name="run_org_status"),
+            # The claim walks only queued runs, in queue order: already-claimed runs are not in this index.
+            models.Index(fields=["org", "queued_since", "id"], condition=Q(status="queued"), name="run_queue"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_expiry"),
             # Retention looks only at runs whose checkpoint is still kept.
             models.Index(

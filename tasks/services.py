@@ -11,13 +11,13 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from tasks import lifecycle, payloads
+from tasks import checkpoints, lifecycle, payloads
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
-from tasks.events import event_append
+from tasks.events import actor_name, event_append
 from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
@@ -35,7 +35,7 @@ from tasks.models import (
 )
 from tasks.modes import mode_for
 from tasks.selectors import task_facts, visible_tasks
-from tasks.transitions import MESSAGES, RUNS, TASKS, Event
+from tasks.transitions import MESSAGES, RUNS, TASKS, Event, claim_queued_run
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
@@ -70,6 +70,15 @@ def _stored(value, what: str):
         raise Invalid(f"The {what} cannot be saved: {exc}.") from None
     _check_payload(value, what)
     return value
+
+
+def _fast_stored(value):
+    """The stored form of `value` when it may be saved as it is (in bounds), else None: the general path decides."""
+    try:
+        value = payloads.canonical(value)
+    except payloads.PayloadError:
+        return None
+    return value if payload_size(value) <= settings.CONSOLE_MAX_PAYLOAD else None
 
 
 def lease_delta() -> timedelta:
@@ -169,6 +178,8 @@ def run_enqueue(
         agent_id=task.agent_id,
         continues=continues,
         attempt=(continues.attempt + 1) if continues else 1,
+        # A continuation keeps its chain's place in the queue; a first run (or a fresh start) joins at the end.
+        queued_since=continues.queued_since if continues else timezone.now(),
         input=input,
         carry=carry or {},
     )
@@ -211,89 +222,179 @@ def _task_status_after(run: Run) -> str:
 
 
 def run_claim(*, worker: Worker, label: str) -> Run | None:
-    """Lease the oldest queued run of the worker's organization whose task is not held.
+    """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
-    On PostgreSQL rows are taken with `FOR UPDATE SKIP LOCKED`, so concurrent
-    claimers never wait for each other and never take the same run; on SQLite
-    the IMMEDIATE transaction serializes claimers. Returns None when nothing is
-    admissible.
+    A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
+    queued after its chain began. On PostgreSQL the claim is one statement (tasks.transitions
+    `claim_queued_run`) taking rows with `FOR UPDATE SKIP LOCKED` from the partial index of queued
+    runs, so concurrent claimers never wait for each other and never take the same run; on SQLite the
+    IMMEDIATE transaction serializes claimers. The claim, its event and the instance's bookkeeping are
+    one transaction. Returns None when nothing is admissible.
     """
     label = (label or "").strip()[:100] or worker.name
-    run = _claim(worker, label)
-    instance_seen(worker=worker, label=label, claimed=run is not None)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            return _claim_in_one_statement(worker, label)
+        run = _claim(worker, label)
+        instance_seen(worker=worker, label=label, claimed=run is not None)
     return run
+
+
+def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
+    skipped: list[int] = []
+    for _ in range(20):
+        now = timezone.now()
+        run, candidate = claim_queued_run(
+            org_id=worker.org_id,
+            worker=worker,
+            label=label,
+            owner=f"{worker.name}/{label}"[:200],
+            actor=actor_name(worker),
+            now=now,
+            expires=now + lease_delta(),
+            skipped=skipped,
+        )
+        if run is not None:
+            _claimed(run)
+            return run
+        if candidate is None:
+            return None
+        # A child task or a continuation: locked by the statement, claimed here through the machine.
+        run = Run.objects.select_related("task__org", "agent").get(pk=candidate)
+        if _take(run, worker, label):
+            instance_seen(worker=worker, label=label, claimed=True)
+            return run
+        skipped.append(run.pk)
+    return None
+
+
+def _claim_candidates(worker: Worker, skipped: list[int]):
+    open_dependency = Task.dependencies.through.objects.filter(from_task_id=OuterRef("task_id")).exclude(
+        to_task__status=TaskStatus.DONE
+    )
+    qs = (
+        Run.objects.filter(org_id=worker.org_id, status=RunStatus.QUEUED)
+        .filter(task__paused=False)
+        .exclude(task__status__in=(TaskStatus.DONE, TaskStatus.CANCELLED))
+        .filter(Q(task__budget_limit__isnull=True) | Q(task__budget_used__lt=F("task__budget_limit")))
+        .exclude(Exists(open_dependency))
+        .order_by("queued_since", "id")
+    )
+    if skipped:
+        qs = qs.exclude(pk__in=skipped)
+    if connection.features.has_select_for_update_skip_locked:
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    return qs.select_related("task__org", "agent")
 
 
 def _claim(worker: Worker, label: str) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
-        with transaction.atomic():
-            open_dependency = Task.dependencies.through.objects.filter(from_task_id=OuterRef("task_id")).exclude(
-                to_task__status=TaskStatus.DONE
-            )
-            qs = (
-                Run.objects.filter(org_id=worker.org_id, status=RunStatus.QUEUED)
-                .filter(task__paused=False)
-                .exclude(task__status__in=(TaskStatus.DONE, TaskStatus.CANCELLED))
-                .filter(Q(task__budget_limit__isnull=True) | Q(task__budget_used__lt=F("task__budget_limit")))
-                .exclude(Exists(open_dependency))
-                .exclude(pk__in=skipped)
-                .order_by("id")
-            )
-            if connection.features.has_select_for_update_skip_locked:
-                qs = qs.select_for_update(skip_locked=True, of=("self",))
-            run = qs.select_related("task", "agent").first()
-            if run is None:
-                return None
-            hold = task_hold(task_facts(run.task))
-            if hold is not None:
-                # An ancestor pause cannot be filtered in SQL; skip this run.
-                skipped.append(run.pk)
-                continue
-            now = timezone.now()
-            if not RUNS.move(
-                run.pk,
-                RunStatus.RUNNING,
-                strict=False,
-                lease_worker=worker,
-                lease_owner=f"{worker.name}/{label}"[:200],
-                lease_epoch=F("lease_epoch") + 1,
-                lease_expires_at=now + lease_delta(),
-                started_at=now,
-            ):
-                continue
-            run.refresh_from_db()
-            task_status_follows(run.task_id, TaskStatus.IN_PROGRESS)
-            # Follow-ups admitted into this run reach the agent with this claim.
-            delivered = MESSAGES.move_all(
-                Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
-            )
-            event_append(
-                org_id=run.org_id,
-                task_id=run.task_id,
-                run_id=run.pk,
-                kind="run_claimed",
-                actor=worker,
-                payload={
-                    "epoch": run.lease_epoch,
-                    "owner": run.lease_owner,
-                    "attempt": run.attempt,
-                    "continues": run.continues_id,
-                    "messages_delivered": sorted(delivered),
-                },
-            )
-            if run.continues_id is None:
-                # A chain starts (a first run, a fresh start): what the workspace holds now is its
-                # baseline, e.g. inputs a person put there. Later differences are then real ones.
-                manifest_record(task=run.task, scan_all=True, source="baseline")
-            lifecycle.run_started(run)
+        run = _claim_candidates(worker, skipped).first()
+        if run is None:
+            return None
+        if _take(run, worker, label):
             return run
+        skipped.append(run.pk)
     return None
 
 
-def _held_run(*, worker: Worker, run_id: int, epoch) -> Run:
-    """Lock and return the run if `worker` holds its lease at `epoch`, else StaleLease."""
-    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).select_related("agent__profile").first()
+def _take(run: Run, worker: Worker, label: str) -> bool:
+    """Claim the locked candidate `run` through the machine; False if a hold or a change refuses it."""
+    # Everything but an ancestor's pause is filtered in SQL; only a child task has ancestors to ask.
+    if run.task.parent_id is not None and task_hold(task_facts(run.task)) is not None:
+        return False
+    now = timezone.now()
+    # The row is locked (on SQLite the IMMEDIATE transaction holds the database), so the epoch read
+    # is the current one and this compare-and-set cannot miss; `obj` takes the written fields.
+    if not RUNS.move(
+        run.pk,
+        RunStatus.RUNNING,
+        strict=False,
+        obj=run,
+        lease_worker=worker,
+        lease_owner=f"{worker.name}/{label}"[:200],
+        lease_epoch=run.lease_epoch + 1,
+        lease_expires_at=now + lease_delta(),
+        started_at=now,
+    ):
+        return False
+    _task_follows_claim(run.task, now)
+    # Follow-ups reach the agent with the claim of the continuation they were admitted into.
+    delivered = []
+    if run.continues_id is not None:
+        delivered = MESSAGES.move_all(
+            Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
+        )
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_claimed",
+        actor=worker,
+        payload={
+            "epoch": run.lease_epoch,
+            "owner": run.lease_owner,
+            "attempt": run.attempt,
+            "continues": run.continues_id,
+            "messages_delivered": sorted(delivered),
+        },
+    )
+    _claimed(run)
+    return True
+
+
+def _claimed(run: Run) -> None:
+    """What follows every claim, in its transaction: the chain's workspace baseline, the listeners."""
+    if run.continues_id is None:
+        # A chain starts (a first run, a fresh start): what the workspace holds now is its
+        # baseline, e.g. inputs a person put there. Later differences are then real ones.
+        manifest_record(task=run.task, scan_all=True, source="baseline")
+    lifecycle.run_started(run)
+
+
+def _task_follows_claim(task: Task, now) -> None:
+    """The claimed run's task is in progress now: one UPDATE (the task as the claim read it says which)."""
+    if task.status != TaskStatus.IN_PROGRESS and TASKS.move(
+        task.pk,
+        TaskStatus.IN_PROGRESS,
+        expect=_open_sources(TaskStatus.IN_PROGRESS),
+        strict=False,
+        obj=task,
+        updated_at=now,
+    ):
+        return
+    Task.objects.filter(pk=task.pk).update(updated_at=now)
+    task.updated_at = now
+
+
+def _held_run(
+    *, worker: Worker, run_id: int, epoch, profile: bool = False, seq: int | None = None, plan: bool = False
+) -> Run:
+    """Lock and return the run if `worker` holds its lease at `epoch`, else StaleLease.
+
+    With `profile` the agent's profile comes along; with `seq` the run carries `saved_step_id`, the id of
+    its step `seq` if one is saved (all in the one locking statement).
+    """
+    if not _is_id(run_id):
+        raise StaleLease(f"This worker does not hold run #{run_id}.")  # no such run: it cannot be held
+    # A runner write never needs the run's plan (it can be large): it is not read with the lock.
+    qs = Run.objects.select_for_update(of=("self",)).filter(pk=run_id)
+    if not plan:
+        qs = qs.defer("input")
+    if profile:
+        qs = qs.select_related("agent__profile")
+    if seq is not None:
+        qs = qs.annotate(saved_step_id=Subquery(Step.objects.filter(run_id=OuterRef("pk"), seq=seq).values("pk")[:1]))
+    return _check_held(qs.first(), worker=worker, run_id=run_id, epoch=epoch)
+
+
+def _is_id(value) -> bool:
+    """A value a 64-bit id column can hold (a larger one names no row; the database would refuse the lookup)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+
+
+def _check_held(run: Run | None, *, worker: Worker, run_id: int, epoch) -> Run:
     if run is None or run.org_id != worker.org_id or run.lease_worker_id != worker.pk:
         raise StaleLease(f"This worker does not hold run #{run_id}.")
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch != run.lease_epoch:
@@ -303,6 +404,27 @@ def _held_run(*, worker: Worker, run_id: int, epoch) -> Run:
     if run.lease_expires_at is None or run.lease_expires_at <= timezone.now():
         raise StaleLease(f"The lease on run #{run_id} lapsed at {run.lease_expires_at:%Y-%m-%d %H:%M:%S}.")
     return run
+
+
+def _held_step(*, worker: Worker, run_id: int, epoch, seq, related: tuple[str, ...] = ()) -> Step:
+    """Lock step `seq` and its run in one statement; the run must be held by `worker` at `epoch`.
+
+    StaleLease first (as for every runner write), then NotFound for a step that is not saved.
+    """
+    step = (
+        Step.objects.select_for_update(of=("self", "run"))
+        .select_related("run", *related)
+        .defer("run__input")
+        .filter(run_id=run_id, seq=seq)
+        .first()
+        if _is_id(run_id) and isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= MAX_SEQ
+        else None
+    )
+    if step is None:
+        run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+        raise NotFound(f"Run #{run.pk} has no step {seq}.")
+    _check_held(step.run, worker=worker, run_id=run_id, epoch=epoch)
+    return step
 
 
 @transaction.atomic
@@ -316,16 +438,41 @@ def run_heartbeat(*, worker: Worker, run_id: int, epoch: int) -> Run:
     return run
 
 
-@transaction.atomic
 def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     """Record that the run intends to call `tool` as step `seq`; resolves its recovery mode.
 
     Repeating the same plan returns the saved step; a different plan for a taken
-    `seq` is refused.
+    `seq` is refused. A top-level step is one statement on PostgreSQL (tasks.checkpoints).
     """
-    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    # The fast road takes only what the general path would save as it is: the stored (wire) form of the
+    # arguments, in bounds. Anything else goes the general path, which checks the lease first, then says why.
+    stored = _fast_stored(args if args is not None else {})
+    if (
+        checkpoints.available()
+        and parent_seq is None
+        and tool != "subagent"
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and 1 <= seq <= MAX_SEQ
+        and isinstance(tool, str)
+        and tool
+        and stored is not None
+        and payloads.is_object(stored)
+    ):
+        step = checkpoints.plan(
+            worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=stored, now=timezone.now()
+        )
+        if step is not None:
+            return step
+    return _step_plan(worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=args, parent_seq=parent_seq)
+
+
+@transaction.atomic
+def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        _held_run(worker=worker, run_id=run_id, epoch=epoch)
         raise Invalid(f"`seq` must be an integer from 1 to {MAX_SEQ}.", field="seq")
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch, profile=True, seq=seq)
     if not isinstance(tool, str) or not tool:
         raise Invalid("`tool` must be a tool name.", field="tool")
     if args is None:
@@ -338,8 +485,8 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
         parent = Step.objects.filter(run=run, seq=parent_seq).first()
         if parent is None:
             raise Invalid(f"No parent step {parent_seq} in run #{run.pk}.", field="parent_seq")
-    existing = Step.objects.filter(run=run, seq=seq).first()
-    if existing is not None:
+    if run.saved_step_id is not None:
+        existing = Step.objects.get(pk=run.saved_step_id)
         if existing.tool == tool and existing.args == args and existing.parent_seq == parent_seq:
             return existing
         raise NotEligible(f"Step {seq} of run #{run.pk} is already planned as a different call.")
@@ -373,17 +520,23 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     return step
 
 
-@transaction.atomic
 def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     """Durably record that step `seq` is about to run. The worker runs the tool only after this commits.
 
     Refused while a stop is requested (nothing new starts after Stop), and for a
-    step that is not planned.
+    step that is not planned. One statement on PostgreSQL (tasks.checkpoints).
     """
-    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
-    step = Step.objects.filter(run=run, seq=seq).first()
-    if step is None:
-        raise NotFound(f"Run #{run.pk} has no step {seq}.")
+    if checkpoints.available() and isinstance(seq, int) and not isinstance(seq, bool):
+        step = checkpoints.dispatch(worker=worker, run_id=run_id, epoch=epoch, seq=seq, now=timezone.now())
+        if step is not None:
+            return step
+    return _step_dispatch(worker=worker, run_id=run_id, epoch=epoch, seq=seq)
+
+
+@transaction.atomic
+def _step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
+    step = _held_step(worker=worker, run_id=run_id, epoch=epoch, seq=seq)
+    run = step.run
     if step.phase == StepPhase.DISPATCHED and step.dispatch_epoch == epoch:
         return step
     if step.phase != StepPhase.PLANNED:
@@ -391,12 +544,13 @@ def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     if run.status == RunStatus.STOPPING:
         raise NotEligible(f"Run #{run.pk} was asked to stop; step {seq} was not dispatched.", reason="stop_requested")
     now = timezone.now()
+    # Step and run are locked: the compare-and-set guards a programming error, not a race.
     updated = Step.objects.filter(pk=step.pk, phase=StepPhase.PLANNED).update(
         phase=StepPhase.DISPATCHED, dispatched_at=now, dispatch_epoch=epoch
     )
     if updated != 1:
         raise NotEligible(f"Step {seq} changed while being dispatched.")
-    step.refresh_from_db()
+    step.phase, step.dispatched_at, step.dispatch_epoch = StepPhase.DISPATCHED, now, epoch
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -408,8 +562,67 @@ def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     return step
 
 
-@transaction.atomic
 def step_complete(
+    *,
+    worker: Worker,
+    run_id: int,
+    epoch: int,
+    seq: int,
+    ok: bool,
+    result=None,
+    error: str = "",
+    usage=None,
+    result_too_large: bool = False,
+    files=None,
+) -> tuple[Step, bool]:
+    """Record the outcome of a dispatched step; returns it and whether the run should stop.
+
+    See `_step_complete`. A step that changes no workspace file, of a task without a budget limit,
+    is one statement on PostgreSQL (tasks.checkpoints).
+    """
+    usage = 1 if usage is None else usage
+    stored = _fast_stored(result)
+    if (
+        checkpoints.available()
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and isinstance(ok, bool)
+        and not result_too_large
+        and not files
+        and isinstance(usage, int)
+        and not isinstance(usage, bool)
+        and 0 <= usage <= MAX_USAGE
+        and (stored is not None or result is None)
+    ):
+        done = checkpoints.complete(
+            worker=worker,
+            run_id=run_id,
+            epoch=epoch,
+            seq=seq,
+            ok=ok,
+            result=stored,
+            error="" if error is None else payloads.readable(str(error))[:10_000],
+            usage=usage,
+            now=timezone.now(),
+        )
+        if done is not None:
+            return done
+    return _step_complete(
+        worker=worker,
+        run_id=run_id,
+        epoch=epoch,
+        seq=seq,
+        ok=ok,
+        result=result,
+        error=error,
+        usage=usage,
+        result_too_large=result_too_large,
+        files=files,
+    )
+
+
+@transaction.atomic
+def _step_complete(
     *,
     worker: Worker,
     run_id: int,
@@ -435,13 +648,12 @@ def step_complete(
     (`result_too_large`) completes the step without a saved result and disables
     recovery for the run, saying why; execution goes on.
     """
-    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
     if not isinstance(ok, bool):
+        _held_run(worker=worker, run_id=run_id, epoch=epoch)
         raise Invalid("`ok` must be true or false.", field="ok")
+    step = _held_step(worker=worker, run_id=run_id, epoch=epoch, seq=seq, related=("run__task__org",))
+    run, task = step.run, step.run.task
     reported = _reported_files(files)
-    step = Step.objects.filter(run=run, seq=seq).first()
-    if step is None:
-        raise NotFound(f"Run #{run.pk} has no step {seq}.")
     phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
     if step.phase == phase and step.dispatch_epoch == epoch:
         return step, run.status == RunStatus.STOPPING
@@ -453,16 +665,19 @@ def step_complete(
         raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
     result = _stored(result, "step result")
     error = "" if error is None else payloads.readable(str(error))[:10_000]
-    updated = Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(
-        phase=phase,
-        result=None if result_too_large else result,
-        error=error,
-        usage=usage,
-        completed_at=timezone.now(),
-    )
-    if updated != 1:
+    now = timezone.now()
+    done = {
+        "phase": phase,
+        "result": None if result_too_large else result,
+        "error": error,
+        "usage": usage,
+        "completed_at": now,
+    }
+    # Step and run are locked: the compare-and-set guards a programming error, not a race.
+    if Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(**done) != 1:
         raise NotEligible(f"Step {seq} changed while being completed.")
-    step.refresh_from_db()
+    for name, value in done.items():
+        setattr(step, name, value)
     if result_too_large and not run.recovery_disabled:
         run.recovery_disabled = f"The result of step {seq} exceeded 8 MiB and could not be checkpointed."
         Run.objects.filter(pk=run.pk).update(recovery_disabled=run.recovery_disabled)
@@ -475,16 +690,13 @@ def step_complete(
             payload={"seq": seq, "reason": run.recovery_disabled},
         )
     if usage:
-        Task.objects.filter(pk=run.task_id).update(budget_used=F("budget_used") + usage, updated_at=timezone.now())
+        # Only this run's steps add to the budget while it is the task's live run, and its lock is held:
+        # the total read with the step is the one this adds to.
+        Task.objects.filter(pk=task.pk).update(budget_used=F("budget_used") + usage, updated_at=now)
+        task.budget_used += usage
     paths, scan_all = step_paths(step.tool, step.args)
     if paths or scan_all or reported:
-        manifest_record(
-            task=Task.objects.select_related("org").get(pk=run.task_id),
-            step=step,
-            paths=paths if ok else [],
-            scan_all=scan_all,
-            forget_missing=reported,
-        )
+        manifest_record(task=task, step=step, paths=paths if ok else [], scan_all=scan_all, forget_missing=reported)
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -493,7 +705,6 @@ def step_complete(
         actor=worker,
         payload={"seq": seq, "tool": step.tool, "usage": usage},
     )
-    task = Task.objects.get(pk=run.task_id)
     if run.status == RunStatus.RUNNING and task.budget_exhausted:
         _request_stop(run, actor="system", reason="budget")
     return step, run.status == RunStatus.STOPPING
@@ -595,7 +806,7 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
     the work is done). `succeeded` is refused while a step is still planned or
     dispatched; `stopped` is refused for a run nobody asked to stop.
     """
-    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch, plan=True)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
         raise Invalid("`status` must be succeeded, failed or stopped.", field="status")
     if status == RunStatus.SUCCEEDED:

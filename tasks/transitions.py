@@ -65,12 +65,16 @@ class Machine:
         where: dict | None = None,
         strict: bool = True,
         event: Event | None = None,
+        obj: models.Model | None = None,
         **fields,
     ) -> int:
         """Move one row to `to` if its status is an allowed source (or one of `expect`).
 
         `where` adds conditions to the compare-and-set (e.g. `version`). Returns
-        the row count (0 or 1); with `strict` a 0 raises NotEligible.
+        the row count (0 or 1); with `strict` a 0 raises NotEligible. `obj`, the
+        caller's instance of the row, takes what was written when the move is made
+        (a field written as an expression is left to be read again on access), so
+        the caller need not read the row back.
         """
         self._in_transaction()
         qs = self.model.objects.filter(pk=pk, status__in=self.sources(to, expect))
@@ -88,6 +92,13 @@ class Machine:
                     status=current,
                 )
             return 0
+        if obj is not None:
+            obj.status = to
+            for name, value in fields.items():
+                if hasattr(value, "resolve_expression"):
+                    obj.__dict__.pop(self.model._meta.get_field(name).attname, None)
+                else:
+                    setattr(obj, name, value)
         if event is not None:
             event_append(
                 org_id=event.org_id,
@@ -164,3 +175,135 @@ MESSAGES = Machine(
 )
 
 OPEN_TASK_STATUSES = (T.TODO, T.IN_PROGRESS, T.BLOCKED)
+
+
+# --- the claim, in one statement -----------------------------------------------------------
+
+_CLAIM_SQL: str | None = None
+
+
+def _claim_sql() -> str:
+    """The claim on PostgreSQL as one statement, built from the tables above and the models' columns.
+
+    It picks the queued run that waited longest (the partial index `run_queue`), locks it skipping rows
+    other claimers hold, moves it queued → running (RUNS' table), follows with its task (TASKS' table),
+    appends its `run_claimed` event and records the worker instance's claim poll: what `move()`, the
+    task's follow-up, `event_append` and `instance_seen` do, without a round trip each. A candidate whose
+    task has a parent (an ancestor's pause is decided in Python) or that continues a run (follow-ups to
+    deliver, an attempt to settle) is only locked and returned: the caller claims it through `move()`.
+    """
+    global _CLAIM_SQL
+    if _CLAIM_SQL is not None:
+        return _CLAIM_SQL
+    from tasks.models import Agent, Event, Organization, WorkerInstance
+
+    run_sources = RUNS.sources(R.RUNNING, expect=R.QUEUED)
+    task_sources = tuple(s for s in TASKS.sources(T.IN_PROGRESS) if s in OPEN_TASK_STATUSES)
+    run_t, task_t, dep_t = Run._meta.db_table, Task._meta.db_table, Task.dependencies.through._meta.db_table
+
+    def cols(model, alias):
+        return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
+
+    def quoted(values):
+        return ", ".join(f"'{v}'" for v in values)
+
+    # Only table and column names and the status enums are formatted in; every value is a parameter.
+    _CLAIM_SQL = f"""
+WITH candidate AS (
+    SELECT r.id, r.continues_id, t.parent_id AS task_parent_id
+    FROM {run_t} r JOIN {task_t} t ON t.id = r.task_id
+    WHERE r.org_id = %(org)s AND r.status = '{R.QUEUED}'
+      AND NOT t.paused
+      AND t.status IN ({quoted(OPEN_TASK_STATUSES)})
+      AND (t.budget_limit IS NULL OR t.budget_used < t.budget_limit)
+      AND NOT EXISTS (
+          SELECT 1 FROM {dep_t} d JOIN {task_t} dt ON dt.id = d.to_task_id
+          WHERE d.from_task_id = r.task_id AND dt.status <> '{T.DONE}')
+      AND r.id <> ALL(%(skipped)s::bigint[])
+    ORDER BY r.queued_since, r.id
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE {run_t} r
+    SET status = '{R.RUNNING}', lease_worker_id = %(worker)s, lease_owner = %(owner)s,
+        lease_epoch = r.lease_epoch + 1, lease_expires_at = %(expires)s, started_at = %(now)s
+    FROM candidate c
+    WHERE r.id = c.id AND r.status IN ({quoted(run_sources)})
+      AND c.task_parent_id IS NULL AND c.continues_id IS NULL
+    RETURNING r.*
+), moved AS (
+    UPDATE {task_t} t
+    SET status = CASE WHEN t.status IN ({quoted(task_sources)}) THEN '{T.IN_PROGRESS}' ELSE t.status END,
+        updated_at = %(now)s
+    FROM claimed
+    WHERE t.id = claimed.task_id
+    RETURNING t.*
+), event AS (
+    INSERT INTO {Event._meta.db_table} (org_id, task_id, run_id, kind, actor, payload, created_at)
+    SELECT claimed.org_id, claimed.task_id, claimed.id, 'run_claimed', %(actor)s,
+           jsonb_build_object('epoch', claimed.lease_epoch, 'owner', claimed.lease_owner,
+                              'attempt', claimed.attempt, 'continues', claimed.continues_id,
+                              'messages_delivered', '[]'::jsonb),
+           %(now)s
+    FROM claimed
+), seen AS (
+    INSERT INTO {WorkerInstance._meta.db_table}
+        (org_id, worker_id, instance, first_seen_at, last_seen_at, last_claim_at)
+    VALUES (%(org)s, %(worker)s, %(label)s, %(now)s, %(now)s,
+            CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN %(now)s::timestamptz END)
+    ON CONFLICT (worker_id, instance) DO UPDATE
+    SET last_seen_at = EXCLUDED.last_seen_at,
+        last_claim_at = COALESCE(EXCLUDED.last_claim_at, {WorkerInstance._meta.db_table}.last_claim_at)
+)
+SELECT c.id, claimed.id IS NOT NULL, {cols(Run, "claimed")}, {cols(Task, "moved")},
+       {cols(Organization, "o")}, {cols(Agent, "a")}
+FROM candidate c
+LEFT JOIN claimed ON claimed.id = c.id
+LEFT JOIN moved ON moved.id = claimed.task_id
+LEFT JOIN {Organization._meta.db_table} o ON o.id = moved.org_id
+LEFT JOIN {Agent._meta.db_table} a ON a.id = claimed.agent_id
+"""  # noqa: S608
+    return _CLAIM_SQL
+
+
+def claim_queued_run(*, org_id: int, worker, label: str, owner: str, actor: str, now, expires, skipped=()):
+    """Claim in one statement (PostgreSQL, inside the caller's transaction): see `_claim_sql`.
+
+    Returns (run, None) for a run claimed, with its task, organization and agent attached;
+    (None, candidate id) for a candidate locked for the caller to claim through `move()`;
+    (None, None) when nothing is admissible.
+    """
+    from tasks.models import Agent, Organization
+
+    Machine._in_transaction()
+    params = {
+        "org": org_id,
+        "worker": worker.pk,
+        "owner": owner,
+        "label": label,
+        "actor": actor,
+        "now": now,
+        "expires": expires,
+        "skipped": list(skipped),
+    }
+    from tasks.checkpoints import fetch_one
+
+    row = fetch_one(_claim_sql(), params)
+    if row is None:
+        return None, None
+    candidate, claimed, values = row[0], row[1], row[2:]
+    if not claimed:
+        return None, candidate
+    out = []
+    for model in (Run, Task, Organization, Agent):
+        fields = model._meta.concrete_fields
+        own, values = values[: len(fields)], values[len(fields) :]
+        # The ORM's own conversions (JSON columns arrive as text, decoded by their field).
+        own = [
+            f.from_db_value(v, None, connection) if v is not None and hasattr(f, "from_db_value") else v
+            for f, v in zip(fields, own, strict=True)
+        ]
+        out.append(model.from_db(connection.alias, [f.attname for f in fields], own))
+    run, task, org, agent = out
+    task.org, run.task, run.agent = org, task, agent
+    return run, None

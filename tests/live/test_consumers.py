@@ -37,7 +37,7 @@ def reset_relay() -> None:
     """The relay is one per process and bound to the loop of its first subscriber; every test has its own loop."""
     relay.subscribers.clear()
     relay.gaps.clear()
-    relay.task = relay.listener = relay.loop = relay.last_id = None
+    relay.task = relay.listener = relay.rechecker = relay.loop = relay.last_id = None
 
 
 @pytest.fixture(autouse=True)
@@ -178,6 +178,23 @@ async def test_a_committed_change_reaches_the_task_page_as_the_cards_a_reload_dr
         await database_sync_to_async(task_resume)(actor=operator, task=task)
         (message,) = await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m)
         assert "<dt>Paused</dt><dd>no</dd>" in message
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_commit_wakes_the_relay_at_once_without_waiting_for_its_poll(org, agent, operator, settings):
+    """PostgreSQL's NOTIFY, SQLite's write-ahead log: either wakes the tail, so a push is not a poll away."""
+    settings.CONSOLE_RELAY_POLL_SECONDS = 30
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="report", agent="builder", input=SAFE_PLAN
+    )
+    communicator = await subscribed(f"/ws/tasks/{task.pk}/", operator)
+    try:
+        await asyncio.sleep(0.3)  # past the relay's first look at the database
+        started = time.monotonic()
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        await receive_until(communicator, lambda m: "Resume task" in m, timeout=5)
+        assert time.monotonic() - started < 2
     finally:
         await communicator.disconnect()
 
@@ -323,6 +340,34 @@ async def test_a_task_made_private_stops_reaching_other_members_task_page(org, a
         assert code == 4403 and sent == []
     finally:
         await page.disconnect()
+
+
+async def test_many_tabs_of_one_page_cost_one_access_check_per_interval_and_all_close_when_it_is_gone(
+    org, agent, operator, monkeypatch
+):
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="open", agent="builder", input=SAFE_PLAN, creator=operator
+    )
+    tabs = [await subscribed(f"/ws/tasks/{task.pk}/", colleague) for _ in range(3)]
+    checks = []
+    real = live.check_access
+
+    def counted(user, page, obj_id):
+        checks.append(time.monotonic())
+        return real(user, page, obj_id)
+
+    monkeypatch.setattr(live, "check_access", counted)
+    try:
+        await asyncio.sleep(0.5)  # two intervals of 0.2 s
+        assert 1 <= len(checks) <= 3, checks  # one per interval, not one per tab
+        await database_sync_to_async(type(task).objects.filter(pk=task.pk).update)(private=True)
+        for tab in tabs:
+            code, sent = await close_code(tab, timeout=5)
+            assert code == 4403 and sent == []
+    finally:
+        for tab in tabs:
+            await tab.disconnect()
 
 
 # --- resync -------------------------------------------------------------------------------
