@@ -19,8 +19,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.cache import never_cache
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.response import Response
 
 from console import metrics
@@ -138,12 +138,55 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+class HeldRunOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+
+
+class WorkerInstanceOut(serializers.Serializer):
+    identity = serializers.CharField()
+    instance = serializers.CharField()
+    org = serializers.CharField()
+    alive = serializers.BooleanField()
+    first_seen_at = serializers.DateTimeField(allow_null=True)
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+    last_claim_at = serializers.DateTimeField(allow_null=True)
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    runs = HeldRunOut(many=True)
+    hidden_runs = serializers.IntegerField(help_text="Runs it holds of private tasks the caller may not see.")
+
+
+class WorkersPageOut(serializers.Serializer):
+    results = WorkerInstanceOut(many=True)
+    next = serializers.URLField(allow_null=True)
+
+
+class SupervisorHealthOut(serializers.Serializer):
+    last_pass_at = serializers.DateTimeField(allow_null=True)
+    alive = serializers.BooleanField()
+    interval_seconds = serializers.FloatField()
+
+
+class RelayHealthOut(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["idle", "running", "stopped"])
+    sockets = serializers.IntegerField()
+    last_event_id = serializers.IntegerField(allow_null=True, help_text="Null before its first event.")
+
+
+class HealthOut(serializers.Serializer):
+    database = serializers.ChoiceField(choices=["ok", "unavailable"])
+    supervisor = SupervisorHealthOut()
+    relay = RelayHealthOut()
+
+
 class WorkersView(BaseAPIView):
     """`GET /api/workers/`: worker instances of the caller's organizations and the runs they hold."""
 
     permission_classes = [IsPerson]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="workers_list")
+    @extend_schema(responses=WorkersPageOut, operation_id="workers_list")
     def get(self, request):
         rows = worker_instances(request.user)
         results = [
@@ -213,7 +256,7 @@ class HealthView(BaseAPIView):
 
     permission_classes = [IsPerson]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="health")
+    @extend_schema(responses={200: HealthOut, 503: HealthOut}, operation_id="health")
     def get(self, request):
         db = database_ok()
         health = supervisor_health()
