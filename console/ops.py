@@ -169,8 +169,11 @@ class SupervisorHealthOut(serializers.Serializer):
     interval_seconds = serializers.FloatField()
 
 
+RELAY_STATUSES = ("idle", "running", "stopped")
+
+
 class RelayHealthOut(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["idle", "running", "stopped"])
+    status = serializers.ChoiceField(choices=RELAY_STATUSES)
     sockets = serializers.IntegerField()
     last_event_id = serializers.IntegerField(allow_null=True, help_text="Null before its first event.")
 

@@ -304,7 +304,11 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "ENUM_NAME_OVERRIDES": {"RecoveryModeEnum": "tasks.models.RecoveryMode"},
+    "ENUM_NAME_OVERRIDES": {
+        "RecoveryModeEnum": "tasks.models.RecoveryMode",
+        "BulkStatusEnum": "recovery.models.BulkStatus",
+        "RelayStatusEnum": "console.ops.RELAY_STATUSES",
+    },
 }
 
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from recovery import bulk, presenter
 from recovery.bulk_rules import ACTIONS
 from recovery.bulk_selectors import counts_of, expired, history_page, ledger, operation
-from recovery.models import BulkItem, BulkOperation
+from recovery.models import BulkItem, BulkOperation, BulkStatus
 from tasks.api import BaseAPIView, idempotent, int_param, iso, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.errors import Forbidden
@@ -50,7 +50,7 @@ class BulkOut(serializers.Serializer):
     action = serializers.ChoiceField(choices=ACTIONS)
     params = serializers.DictField()
     selection = serializers.DictField()
-    status = serializers.ChoiceField(choices=("previewed", "running", "finished", "cancelled"))
+    status = serializers.ChoiceField(choices=BulkStatus.choices)
     expired = serializers.BooleanField()
     actor = serializers.CharField()
     count = serializers.IntegerField(help_text="The frozen scope's size.")
