@@ -28,6 +28,7 @@ from tasks.models import (
     Agent,
     Message,
     MessageStatus,
+    Organization,
     Role,
     Run,
     RunStatus,
@@ -388,8 +389,14 @@ def _ids(values, field: str) -> list[int]:
 @transaction.atomic
 def task_dependencies(*, user, task_id: int, add=None, remove=None) -> Task:
     """Add or remove tasks this task waits on (operator). Invisible ids are 404; cycles are refused."""
-    task = _task(user, task_id, Role.OPERATOR)
     add, remove = _ids(add, "add"), _ids(remove, "remove")
+    if add:
+        # The cycle check reads the organization's whole dependency graph: additions in one organization
+        # take its row lock first (before any task's), so two opposite additions cannot both pass it.
+        org_id = visible_tasks(user).filter(pk=task_id).values_list("org_id", flat=True).first()
+        if org_id is not None:
+            list(Organization.objects.select_for_update().filter(pk=org_id).values_list("pk", flat=True))
+    task = _task(user, task_id, Role.OPERATOR)
     visible = visible_tasks(user).filter(org_id=task.org_id)
     for dep_id in add + remove:
         if not visible.filter(pk=dep_id).exists():

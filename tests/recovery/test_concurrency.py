@@ -78,3 +78,38 @@ def test_a_retry_and_a_decision_at_once_admit_one_attempt(org, agent, operator):
     )
 
     assert_one_admission(action, responses)
+
+
+def test_two_opposite_dependency_additions_at_once_never_form_a_cycle(org, agent, operator, monkeypatch):
+    """A waits on B and B waits on A, asked at the same moment: one is added, the other refused as a cycle.
+
+    Each addition's cycle check is held until the other has had the chance to read the graph too, so
+    without a lock both would pass it; the organization's lock makes the second read after the first commits.
+    """
+    from recovery import controls
+
+    a, b = e.start(org, [e.SAFE], title="a"), e.start(org, [e.SAFE], title="b")
+    both_read = threading.Barrier(2, timeout=2)
+    real = controls._reaches
+
+    def reaches_then_wait(start, target, **kw):
+        found = real(start, target, **kw)
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:
+            pass  # the other is waiting for the lock: it reads after this one commits
+        return found
+
+    monkeypatch.setattr(controls, "_reaches", reaches_then_wait)
+    clients = [token_client(user_token(operator)), token_client(user_token(make_member(org, "otto", "operator")))]
+    responses = race(
+        [
+            lambda: clients[0].post(f"/api/tasks/{a.pk}/dependencies/", {"add": [b.pk]}, format="json"),
+            lambda: clients[1].post(f"/api/tasks/{b.pk}/dependencies/", {"add": [a.pk]}, format="json"),
+        ]
+    )
+    assert sorted(r.status_code for r in responses) == [200, 409], [r.content for r in responses]
+    refused = next(r for r in responses if r.status_code == 409)
+    assert refused.json()["code"] == "dependency_cycle"
+    through = a.dependencies.through
+    assert through.objects.filter(from_task_id__in=[a.pk, b.pk]).count() == 1
