@@ -208,3 +208,88 @@ def test_a_batch_does_not_grow_in_queries_with_the_scope(org, agent, operator, d
             assert bulk_batch(op.pk, size=4) == 4
         counts[len(scope)] = len(ctx.captured_queries)
     assert counts[8] == counts[40], counts
+
+
+def _run_through(user, action, ids, params=None):
+    op = bulk_preview(user=user, action=action, ids=ids, params=params)
+    bulk_execute(user=user, op_id=op.pk, scope_hash=op.scope_hash)
+    bulk_advance(budget=20)
+    op.refresh_from_db()
+    assert op.status == "finished"
+    return op
+
+
+def test_retry_an_unknown_outcome_in_bulk_needs_the_duplicate_risk_consent_and_then_queues_each_once(
+    org, agent, operator
+):
+    actions = unknown_outcomes(org, 3)
+    ids = [a.task_id for a in actions]
+    refused = _run_through(operator, "retry", ids)
+    assert refused.refusals == {"duplicate_risk_not_accepted": 3}
+    assert set(results(refused).values()) == {("skipped", "duplicate_risk_not_accepted")}
+    assert not RecoveryAttempt.objects.exists() and all(Run.objects.filter(task_id=t).count() == 1 for t in ids)
+
+    op = _run_through(operator, "retry", ids, {"accept_duplicate_risk": True})
+    for a in actions:
+        item = BulkItem.objects.get(op=op, task_id=a.task_id)
+        attempt = RecoveryAttempt.objects.get(action=a)
+        assert item.result == "applied" and item.run_id == attempt.continuation_run_id
+        assert attempt.requested_by == "olive" and attempt.accepted_duplicate_risk
+        assert Run.objects.get(pk=item.run_id).status == "queued"
+
+
+def test_decide_not_performed_in_bulk_reruns_the_step_only_with_consent(org, agent, operator):
+    actions = unknown_outcomes(org, 2)
+    ids = [a.task_id for a in actions]
+    params = {"outcome": "not_performed", "note": "no invoice in the billing log"}
+    refused = _run_through(operator, "decide", ids, params)
+    assert set(results(refused).values()) == {("skipped", "duplicate_risk_not_accepted")}
+    assert all(RecoveryAction.objects.get(pk=a.pk).status == "open" for a in actions)
+
+    op = _run_through(operator, "decide", ids, {**params, "accept_duplicate_risk": True})
+    assert set(r for r, _ in results(op).values()) == {"applied"}
+    for a in actions:
+        attempt = RecoveryAttempt.objects.get(action=a)
+        assert attempt.decision == "not_performed" and attempt.note == params["note"]
+
+
+def test_cancel_in_bulk_then_continue_in_bulk_continues_each_safe_run_once_and_asks_for_the_undecided_one(
+    org, agent, operator
+):
+    from recovery.supervisor import supervise_once
+    from tests.factories import make_agent
+    from tests.recovery import engine as e
+
+    make_agent(org, "careful", auto_resume=False)
+    safe = [e.interrupted(org, [e.SAFE, e.SAFE], 1, agent="careful", title=f"safe {i}") for i in range(2)]
+    supervise_once()
+    undecided = e.parked(org, [e.SAFE, e.POST], 2)
+    actions = [RecoveryAction.objects.get(run=r) for r in safe] + [undecided]
+    ids = [a.task_id for a in actions]
+    # Continue is refused while the actions decide what happens next.
+    blocked = bulk_preview(user=operator, action="continue", ids=ids)
+    assert blocked.refusals == {"needs_decision": 3}
+
+    cancelled = _run_through(operator, "cancel", ids)
+    assert set(results(cancelled).values()) == {("applied", "")}
+    assert all(RecoveryAction.objects.get(pk=a.pk).status == "cancelled" for a in actions)
+    runs_before = {t: Run.objects.filter(task_id=t).count() for t in ids}
+    assert runs_before == {t: 1 for t in ids}  # a cancel queues nothing
+
+    note = "checked the logs; carry on"
+    continued = _run_through(operator, "continue", ids, {"note": note})
+    for run in safe:
+        item = BulkItem.objects.get(op=continued, task_id=run.task_id)
+        assert (item.result, item.reason, item.detail) == ("applied", "", "")
+        cont = Run.objects.get(pk=item.run_id)
+        assert cont.continues_id == run.pk and cont.status == "queued"
+        event = Event.objects.get(task_id=run.task_id, kind="task_continued")
+        assert event.actor == "olive" and event.payload["note"] == note
+    # The undecided step is not run again by a bulk continue: the item names the decision it now waits on.
+    item = BulkItem.objects.get(op=continued, task_id=undecided.task_id)
+    fresh = RecoveryAction.objects.get(task_id=undecided.task_id, status="open")
+    assert (item.result, item.reason) == ("skipped", "needs_decision") and f"#{fresh.pk}" in item.detail
+    assert fresh.kind == "unknown_outcome" and Run.objects.filter(task_id=undecided.task_id).count() == 1
+    # A second continue is refused before anything happens: live runs, and the open decision.
+    again = bulk_preview(user=operator, action="continue", ids=ids)
+    assert again.refusals == {"run_live": 2, "needs_decision": 1}
