@@ -175,7 +175,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
             run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
         ),
         "continuation": continuation,
-        "continuation_started": bool(continuation and continuation.started_at),
+        "continued_by_text": presenter.continued_by_text(continuation),
         "carried": presenter.carried_lines(getattr(run, "carried_decisions", []), carried_messages),
         "can_operate": can_operate(user, run.org_id),
     }

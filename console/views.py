@@ -87,7 +87,7 @@ def run_view(request, agent: str, run_id: int):
             "diagnosis": ctx["diagnosis"],
             "diagnosis_line": ctx["diagnosis_line"],
             "continuation": ctx["continuation"],
-            "continuation_started": ctx["continuation_started"],
+            "continued_by_text": ctx["continued_by_text"],
             "nav": "board",
             "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
             "last_event": cursor,

@@ -728,6 +728,15 @@ def fresh_start_text(carry: dict | None) -> str:
     return f"Fresh start{by}{after}: runs the task again from the beginning and reuses nothing."
 
 
+def continued_by_text(continuation) -> str:
+    """Pure: how a run names the run that continues it — "continued by" only once that run has started."""
+    if continuation is None:
+        return ""
+    if continuation.started_at is None:
+        return f"continuation run #{continuation.pk} (queued)"
+    return f"continued by run #{continuation.pk}"
+
+
 def run_lines(run, *, auto_resume: bool = True) -> list[Line]:
     """The sentences under a run's badge: why it stopped or ended, in saved facts."""
     lines: list[Line] = []

@@ -299,6 +299,10 @@ def test_the_run_page_shows_steps_and_lineage(login, org, agent, operator):
     content = client.get(f"/agents/builder/runs/{second.pk}/").text
     assert f"continues run #{first.pk}" in content and f'href="/agents/builder/runs/{first.pk}/"' in content
     assert "first run of the task" not in content
+    # Once a worker starts it, the first run's page and its card both say it continued.
+    assert claim(second.task).pk == second.pk
+    content = client.get(f"/agents/builder/runs/{first.pk}/").text
+    assert content.count(f"continued by run #{second.pk}") == 2 and "(queued)" not in content
     # The run's agent is part of its address.
     assert client.get(f"/agents/someone-else/runs/{first.pk}/").status_code == 404
 
