@@ -112,6 +112,52 @@ def test_a_control_with_an_idempotency_key_takes_effect_once(api, org, agent, ot
     assert code(other_body) == (409, "idempotency_conflict")
 
 
+def _continuable(org, operator):
+    make_agent(org, "careful", auto_resume=False)
+    run = e.interrupted(org, [e.SAFE, e.SAFE], 1, agent="careful")
+    supervise_once()
+    action = RecoveryAction.objects.get(run=run)
+    action_cancel(action_id=action.pk, user=operator, version=action.version)
+    return Task.objects.get(pk=run.task_id)
+
+
+# Each control: how to set up its task, its path and body, and the one event it appends.
+CONTROLS = {
+    "owner": (lambda org, op: e.start(org, [e.SAFE]), {"agent": "reviewer", "reason": "x"}, "task_reassigned"),
+    "continue": (_continuable, {"note": "go on"}, "task_continued"),
+    "reopen": (None, {"reason": "not finished after all"}, "task_reopened"),
+    "budget": (lambda org, op: e.start(org, [e.SAFE]), {"limit": 9, "reason": "x"}, "task_budget_set"),
+    "dependencies": (None, None, "task_dependencies_changed"),
+}
+
+
+@pytest.mark.parametrize("control", sorted(CONTROLS))
+def test_every_control_replays_a_repeated_idempotency_key_and_takes_effect_once(
+    api, admin_api, org, agent, other, operator, control
+):
+    setup, body, kind = CONTROLS[control]
+    if control == "reopen":
+        task = e.start(org, [e.SAFE])
+        assert post(api, f"/api/tasks/{task.pk}/close/", {"resolution": "done", "reason": "x"}).status_code == 200
+    elif control == "dependencies":
+        task = e.start(org, [e.SAFE])
+        body = {"add": [e.start(org, [e.SAFE], title="first").pk]}
+    else:
+        task = setup(org, operator)
+    client = admin_api if control == "budget" else api
+    path = f"/api/tasks/{task.pk}/{control}/"
+    first = post(client, path, body, key=f"{control}-1")
+    again = post(client, path, body, key=f"{control}-1")
+    assert first.status_code == again.status_code and first.status_code in (200, 202), first.content
+    assert again["Idempotent-Replayed"] == "true" and again.json() == first.json()
+    assert Event.objects.filter(task_id=task.pk, kind=kind).count() == 1
+    runs = Run.objects.filter(task_id=task.pk).count()
+    conflict = post(client, path, {**body, "reason": "another body", "note": "another"}, key=f"{control}-1")
+    assert code(conflict) == (409, "idempotency_conflict")
+    assert Event.objects.filter(task_id=task.pk, kind=kind).count() == 1
+    assert Run.objects.filter(task_id=task.pk).count() == runs
+
+
 # --- continue now ----------------------------------------------------------------------------
 
 
