@@ -270,6 +270,7 @@ def test_a_retry_is_acknowledged_first_and_resolved_only_once_its_run_has_starte
     parked.refresh_from_db()
     attempt = RecoveryAttempt.objects.get(action=parked)
     assert attempt.acknowledged_at is not None and attempt.continuation_run_id is not None
+    assert attempt.requested_at <= attempt.acknowledged_at  # acknowledged when it was asked, never before
     assert attempt.outcome == "requested"
     assert parked.status == "retrying"
 
