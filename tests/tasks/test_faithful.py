@@ -4,6 +4,7 @@ databases and reads back byte for byte (tasks/payloads.py); what has no wire for
 import json
 
 import pytest
+from django.test import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,7 +100,7 @@ def raw(client, path: str, body) -> object:
     return client.post(path, json.dumps(body, ensure_ascii=True), content_type="application/json")
 
 
-def test_a_nul_binary_and_a_lone_surrogate_are_checkpointed_and_read_back_exactly(api, runner, agent):
+def test_a_nul_binary_and_a_lone_surrogate_are_checkpointed_and_read_back_exactly(api, runner, agent, operator):
     args = {"command": "printf 'a\\000b'", "note": "lone \ud800 surrogate", "k\x00ey": "v"}
     r = raw(api, "/api/tasks/", {"title": "odd bytes", "agent": "builder", "input": plan(("bash", args))})
     assert r.status_code == 201, r.content
@@ -121,8 +122,19 @@ def test_a_nul_binary_and_a_lone_surrogate_are_checkpointed_and_read_back_exactl
     assert payloads.decode(saved.result) == result and payloads.decode(saved.args) == args
     shown = api.get(f"/api/runs/{rid}/").json()["steps"][0]
     assert payloads.decode(shown["result"]) == result and payloads.decode(shown["args"]) == args
-    # The run's page draws it too (no 500 on what UTF-8 cannot carry).
-    assert Run.objects.get(pk=rid).steps.count() == 1
+    # The task and run pages draw it too: no 500 on what UTF-8 cannot carry, each odd value shown escaped.
+    browser = Client()
+    browser.force_login(operator)
+    run = Run.objects.get(pk=rid)
+    for url in (f"/tasks/{run.task_id}/", f"/agents/builder/runs/{rid}/"):
+        page = browser.get(url)
+        assert page.status_code == 200, url
+        assert "\x00" not in page.text
+    page = browser.get(f"/agents/builder/runs/{rid}/").text
+    # The run page shows the saved values in their wire form: NUL and lone surrogates escaped, bytes as base64.
+    assert "&quot;$text&quot;: &quot;a\\\\u0000b&quot;" in page  # stdout
+    assert "&quot;$bytes&quot;: &quot;//4A&quot;" in page  # stderr
+    assert "&quot;$text&quot;: &quot;lone \\\\ud800 surrogate&quot;" in page  # an argument
 
 
 def test_a_nul_in_a_plain_json_result_is_kept_not_refused(runner, api, agent):
