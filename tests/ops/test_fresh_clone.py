@@ -19,18 +19,19 @@ def _fresh_env(var_dir) -> dict:
     return env
 
 
+# A test with a database, one that writes workspace files, and one that runs a real worker process.
+FIRST_TESTS = [
+    "tests/tasks/test_commands.py::test_create_org_twice_creates_it_once",
+    "tests/recovery/test_workspaces.py::test_every_file_changing_step_records_the_manifest_in_its_own_transaction",
+    "tests/tasks/test_worker_process.py::test_a_worker_runs_real_tools_in_the_workspace_and_succeeds",
+]
+
+
 def test_the_suite_runs_where_no_state_directory_exists_yet(tmp_path):
     var_dir = tmp_path / "never-created" / "var"
     assert not var_dir.exists()
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "--create-db",
-            "tests/tasks/test_commands.py::test_create_org_twice_creates_it_once",
-        ],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db", *FIRST_TESTS[:2]],
         cwd=ROOT,
         env=_fresh_env(var_dir),
         capture_output=True,
@@ -38,7 +39,29 @@ def test_the_suite_runs_where_no_state_directory_exists_yet(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
     assert (var_dir / "test.sqlite3").exists()
+
+
+def test_the_suite_runs_on_postgresql_where_no_state_directory_exists_yet(tmp_path):
+    """The same with DATABASE_URL: nothing of the SQLite path (which creates var/) runs first."""
+    var_dir = tmp_path / "never-created" / "var"
+    env = _fresh_env(var_dir)
+    env["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")
+    if not env["DATABASE_URL"].startswith("postgres"):
+        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/postgres"  # the server every machine here runs
+    env["CONSOLE_PG_TEST_NAME"] = f"test_fresh_clone_{os.getpid()}"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db", *FIRST_TESTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
+    assert not (var_dir / "test.sqlite3").exists()
 
 
 def test_migrate_creates_the_embedded_database_in_a_missing_directory(tmp_path):
