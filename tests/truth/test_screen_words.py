@@ -237,3 +237,22 @@ def test_a_follow_up_on_a_done_task_is_refused_in_the_api_and_on_the_page(org, a
     client.force_login(operator)
     response = client.post(f"/tasks/{task.pk}/messages/", {"body": "one more thing"}, HTTP_HX_REQUEST="true")
     assert response.status_code == 409 and "would never be delivered" in response.content.decode()
+
+
+def test_a_decided_continuation_that_fails_says_it_failed_and_the_task_says_what_may_follow(org, agent, operator):
+    action = e.parked(org, [e.SAFE, e.WRITE, e.SAFE], 2)
+    decide(action, operator, "performed", note="report.md is on disk")
+    run = e.claim(Run.objects.get(continues_id=action.run_id))
+    e.advance(run, 2)
+    e.finish(run, status="failed")
+    s = read(operator, action.task_id)
+    card = s.card(f"action-{action.pk}")
+    assert f"Continued in run #{run.pk} — it failed." in card and "succeeded" not in card
+    assert "Cancel action" not in card and "Retrying" not in card
+    assert RecoveryAttempt.objects.get(action=action).outcome == "failed"
+    header = s.card(f"task-{action.task_id}")
+    assert f"run #{run.pk} ended (it failed)" in header and "Done" not in header
+    assert "Continue now" in header and "Start over" in header  # the way on is named, and offered
+    assert f"run #{run.pk} ended (it failed)" in s.row and "Done" not in s.row
+    assert "Failed" in s.runs[run.pk] and "succeeded" not in s.runs[run.pk]
+    assert_no_iso(s)
