@@ -254,5 +254,9 @@ def test_a_decided_continuation_that_fails_says_it_failed_and_the_task_says_what
     assert f"run #{run.pk} ended (it failed)" in header and "Done" not in header
     assert "Continue now" in header and "Start over" in header  # the way on is named, and offered
     assert f"run #{run.pk} ended (it failed)" in s.row and "Done" not in s.row
-    assert "Failed" in s.runs[run.pk] and "succeeded" not in s.runs[run.pk]
+    timeline = s.runs[run.pk]
+    assert "Failed" in timeline and "succeeded" not in timeline
+    # The run's timeline: the decision it carried, and when each step it ran was dispatched and how long it took.
+    assert "Carries a decision: it happened (olive," in timeline and "report.md is on disk" in timeline
+    assert "dispatched now · took" in timeline
     assert_no_iso(s)
