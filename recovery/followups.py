@@ -128,8 +128,8 @@ def _refusal_reason(task: Task, exc: Exception) -> str:
     if getattr(exc, "extra", {}).get("reason") == "unknown_outcome":
         seq = exc.extra.get("seq")
         return (
-            f"Waiting: step {seq} has an unknown outcome that nobody has decided. An operator decides it with "
-            "Continue now, or starts over, or closes the task."
+            f"Waiting: step {seq} has an unknown outcome that nobody has decided. An operator opens its decision "
+            "with Continue now, or starts over, or closes the task."
         )
     reason = f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
     return reason if len(reason) <= 200 else reason[:199] + "…"  # the column holds 200

@@ -9,9 +9,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from recovery.actions import action_cancel, action_decide, action_retry
+from recovery.controls import task_continue
+from recovery.followups import message_save
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.supervisor import supervise_once
-from tasks.models import Run
+from tasks.models import Message, Run, Task
 from tasks.services import run_request_stop
 from tests.factories import make_agent, user_token
 from tests.recovery import engine as e
@@ -260,3 +262,26 @@ def test_a_decided_continuation_that_fails_says_it_failed_and_the_task_says_what
     assert "Carries a decision: it happened (olive," in timeline and "report.md is on disk" in timeline
     assert "dispatched now · took" in timeline
     assert_no_iso(s)
+
+
+def test_a_follow_up_after_a_cancelled_unknown_outcome_says_what_it_waits_for_and_which_control_moves_it(
+    org, agent, operator
+):
+    action = e.parked(org, [e.SAFE, e.POST], 2)
+    action_cancel(action_id=action.pk, user=operator, version=action.version)
+    message_save(user=operator, task=Task.objects.get(pk=action.task_id), body="also send the summary")
+    supervise_once()
+    message = Message.objects.get(task_id=action.task_id)
+    assert message.status == "waiting" and Run.objects.filter(task_id=action.task_id).count() == 1
+    waits = "step 2 has an unknown outcome that nobody has decided. An operator opens its decision with Continue now"
+    assert waits in message.waiting_reason
+    s = read(operator, action.task_id)
+    assert waits in s.task and "Continue now" in s.card(f"task-{action.task_id}")
+    # Continue now opens that decision; the follow-up then names the action it waits on.
+    opened = task_continue(user=operator, task_id=action.task_id).action
+    supervise_once()
+    message.refresh_from_db()
+    assert message.status == "waiting" and message.waiting_reason == (
+        f"Waiting on recovery action #{opened}: it needs a decision first."
+    )
+    assert f"Waiting on recovery action #{opened}" in read(operator, action.task_id).task
