@@ -91,6 +91,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
     last = current  # the latest run of the task
     view = presenter.task_view(task, current, actions, hold=hold, last_run=last)
     operate = can_operate(user, task.org_id)
+    admin = can_admin(user, task.org_id)
     closed = task.status in ("done", "cancelled")
     run_live = current is not None and current.status in LIVE_RUN_STATUSES
     agents = list(Agent.objects.filter(org_id=task.org_id).order_by("name").values_list("name", flat=True)[:200])
@@ -101,8 +102,9 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "current_run": current,
         "recovery_owner": next((presenter.owner(a.recovery_owner) for a in live if a.recovery_owner), ""),
         "can_operate": operate,
-        "can_admin": can_admin(user, task.org_id),
+        "can_admin": admin,
         "closed": closed,
+        "controls_summary": presenter.controls_summary(closed=closed, can_admin=admin),
         "run_live": run_live,
         # Offered only when it can go through: no live run, no action deciding, no gate holding the task.
         "can_continue": operate and not closed and not run_live and not live and bool(last) and hold is None,

@@ -154,6 +154,14 @@ def gate_line(hold) -> Line | None:
     return (f"Held: {GATES.get(hold.gate, hold.gate)} — {hold.detail} Lifted by {hold.lifted_by}.",)
 
 
+def controls_summary(*, closed: bool, can_admin: bool) -> str:
+    """Pure: the heading of the task header's further controls, naming only those this person is shown."""
+    names = ["Reopen", "dependencies"] if closed else ["Change owner", "close", "dependencies"]
+    if can_admin:
+        names.append("budget")
+    return ", ".join(names)
+
+
 # --- task state ---------------------------------------------------------------------
 
 

@@ -6,13 +6,16 @@ taken from what a card showed: each test closes the gate *after* the action open
 
 import pytest
 from django.db.models import F
+from django.test import Client
 
 from recovery.actions import action_open
 from recovery.models import RecoveryAction, RecoveryAttempt
+from recovery.selectors import current_gate
 from recovery.supervisor import supervise_once
 from tasks import services
 from tasks.models import Run, Task
 from tests.factories import make_agent, user_token
+from tests.helpers import outer_html, visible_text
 from tests.recovery import engine as e
 
 pytestmark = pytest.mark.django_db
@@ -138,6 +141,43 @@ def test_the_card_shows_the_gate_that_holds_right_now_and_who_lifts_it(api, park
     assert gate["gate"] == "task_paused" and gate["detail"] and gate["lifted_by"]
     api.post(f"/api/tasks/{parked.task_id}/resume-task/")
     assert api.get(f"/api/actions/{parked.pk}/").json()["gate"] is None
+
+
+# Who each gate's "lifted by" sentence names, on which task's page that person finds the control, and the
+# control's button. The sentence and the page must agree for that role.
+LIFTERS = {
+    "task_paused": ("an operator", "task", "Resume task"),
+    "ancestor_paused": ("an operator", "parent", "Resume task"),
+    "budget_exhausted": ("an admin", "task", "Set budget"),
+    "dependency_open": ("an operator", "task", "Remove #"),
+    "task_closed": ("an operator", "task", "Reopen"),
+    "owner_changed": ("an operator", "task", "Reassign"),
+}
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_every_lifted_by_sentence_names_a_control_its_role_finds_on_the_page(
+    api, org, parent, parked, gate, operator, admin_user, viewer
+):
+    GATES[gate](api, parked, org, parent)
+    lifted_by = current_gate(RecoveryAction.objects.select_related("task", "run").get(pk=parked.pk)).lifted_by
+    role, where, button = LIFTERS[gate]
+    assert role in lifted_by, lifted_by
+    page_task = parent.pk if where == "parent" else parked.task_id
+
+    def header(user) -> str:
+        client = Client()
+        client.force_login(user)
+        page = client.get(f"/tasks/{parked.task_id}/").text
+        if gate != "task_closed":  # a closed task's actions are retired: its header says what reopens it
+            assert f"Lifted by {lifted_by}." in visible_text(outer_html(page, f"action-{parked.pk}"))
+        return outer_html(client.get(f"/tasks/{page_task}/").text, f"task-{page_task}")
+
+    lifter = admin_user if role == "an admin" else operator
+    assert f"<button>{button}" in header(lifter) or f'">{button}' in header(lifter), (gate, button)
+    if role == "an admin":  # an operator is not shown a control the sentence does not give them
+        assert button not in header(operator)
+    assert "<button" not in header(viewer)
 
 
 # --- lease_live: the source run is still held by a worker --------------------------------------
