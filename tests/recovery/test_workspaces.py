@@ -617,3 +617,43 @@ def test_a_run_whose_continuation_the_workspace_refused_never_reads_as_continuin
     assert action.due_at is None
     inbox = visible_text(client.get("/inbox/").content.decode())
     assert f"#{task.pk}" in inbox and "due" not in inbox
+
+
+def test_a_text_file_under_64_kib_gets_a_diff_and_one_over_it_is_listed_without_one(org, agent):
+    from recovery.workspace_diff import DIFF_LIMIT
+
+    small, large = "a" * 100 + "\n", "b" * (DIFF_LIMIT - 10) + "\n"
+    task = e.start(
+        org,
+        [(W, {"path": "small.txt", "content": small}), (W, {"path": "large.txt", "content": large}), e.SAFE],
+    )
+    crash_at(e.first_run(task), 3)
+    edit_by_hand(task, "small.txt", small + "by hand\n")
+    edit_by_hand(task, "large.txt", large + "x" * 20 + "\n")  # now just over 64 KiB
+    supervise_once()
+    files = {f["path"]: f for f in validation_action(task).evidence["files"]}
+    assert files["small.txt"]["status"] == "changed" and "+by hand" in files["small.txt"]["diff"]
+    assert files["large.txt"]["status"] == "changed" and files["large.txt"]["actual"]["size"] > DIFF_LIMIT
+    assert files["large.txt"]["diff"] is None and files["large.txt"]["diff_note"] == "binary_or_large"
+    assert files["large.txt"]["actual"]["sha256"] == sha(large + "x" * 20 + "\n")
+
+
+def test_a_decision_whose_continuation_finds_a_changed_workspace_is_refused_and_keeps_the_decision_open(
+    org, agent, operator, api
+):
+    task = e.start(org, [(W, {"path": "a.txt", "content": "a"}), (W, {"path": "b.txt", "content": "b"}), e.SAFE])
+    source = crash_at(e.first_run(task), 2)  # a file_write cut off: an unknown outcome, a person decides
+    supervise_once()
+    action = RecoveryAction.objects.get(task=task, kind="unknown_outcome")
+    edit_by_hand(task, "a.txt", "changed by hand")
+    body = {"version": action.version, "outcome": "performed", "note": "b.txt is there"}
+    r = api.post(f"/api/actions/{action.pk}/decision/", body, format="json")
+    assert r.status_code == 409, r.content
+    assert r.json()["code"] == "gate_closed" and r.json()["gate"] == "workspace_hold"
+    held = validation_action(task)
+    assert held.run.continues_id == source.pk and held.run.error_code == "workspace_validation_failed"
+    assert {f["path"] for f in held.evidence["files"] if f["status"] == "changed"} == {"a.txt"}
+    action.refresh_from_db()
+    # Nothing was decided: the person's decision waits for the repair, and no run started.
+    assert action.status == "open" and action.decision == "" and action.attempts == 0
+    assert not Run.objects.filter(task=task, started_at__isnull=False).exclude(pk=source.pk).exists()
