@@ -4,13 +4,15 @@ import os
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from recovery.models import Export, HeldCopy, RecoveryAction, Repair
 from recovery.supervisor import supervise_once
 from tasks.models import Run, Step, Task, WorkspaceFile
 from tests.conftest import token_client
 from tests.factories import user_token
-from tests.helpers import visible_text
+from tests.helpers import outer_html, visible_text
 from tests.recovery import engine as e
 from tests.recovery.workdisk import (
     contents,
@@ -334,6 +336,8 @@ def test_an_export_to_an_unwritable_destination_opens_an_action_and_retry_export
     r = repair(admin_api, action, "retry_export")
     assert r.status_code == 202 and r.json()["status"] == "failed"
     assert RecoveryAction.objects.get(pk=action.pk).status == "open"
+    card = export_card(task, action)
+    assert "Retry export" in card and str(dest) in card and "Done" not in card
 
     blocker.unlink()  # the cause is fixed
     r = repair(admin_api, action, "retry_export")
@@ -345,6 +349,15 @@ def test_an_export_to_an_unwritable_destination_opens_an_action_and_retry_export
     assert (dest / "notes.md").read_text() == "# 1.4\n" and (dest / "d" / "x.txt").read_text() == "x"
     assert {c["path"]: c["after"] for c in body["result"]["copied"]}["notes.md"] == sha("# 1.4\n")
     assert admin_api.get(f"/api/tasks/{task.pk}/").json()["state"] == "done"
+    # The card shows the counts the copy saved, not only a changed label.
+    card = export_card(task, action)
+    assert "2 files copied to" in card and "Retry export" not in card.replace("Retry export by", "")
+
+
+def export_card(task, action) -> str:
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="ada"))
+    return visible_text(outer_html(client.get(f"/tasks/{task.pk}/").text, f"action-{action.pk}"))
 
 
 def test_an_export_keeps_destination_files_it_replaces_and_never_follows_links(org, agent, tmp_path):
