@@ -343,7 +343,7 @@ def admin_urls() -> list[str]:
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
 def test_every_route_answers_its_documented_status_and_leaks_nothing(scenario, principal):
-    wrong, leaks = [], []
+    wrong, leaks, unstyled = [], [], []
     for name in sorted(routes()):
         row = row_for(name)
         expected = row.statuses[principal]
@@ -362,11 +362,16 @@ def test_every_route_answers_its_documented_status_and_leaks_nothing(scenario, p
             if response.status_code != expected:
                 wrong.append(f"{where}: {principal} got {response.status_code}, documented {expected}")
             body = response.content.decode(errors="replace")
+            styled = "refused-page" in body or (row.method == "POST" and 'class="refusal" role="alert"' in body)
+            if response.status_code == 403 and row.kind == "page" and not styled:
+                unstyled.append(f"{where}: {principal} got a 403 that is not the console's refusal: {body[:120]!r}")
             for marker in HIDDEN_FROM[principal]:
                 if marker in body:
                     leaks.append(f"{where}: {principal} ({response.status_code}) saw {marker}")
     assert not wrong, "\n".join(wrong)
     assert not leaks, "\n".join(leaks)
+    # A page refused for a role is the console's own: the styled page, or the refusal inside the card it swaps.
+    assert not unstyled, "\n".join(unstyled)
 
 
 def _overlong(body: dict) -> dict:
