@@ -149,8 +149,12 @@ def action_open(
                 original_owner_id=run.task.agent_id,
                 recovery_owner=recovery_owner,
                 exhaustion=exhaustion,
-                # Workspace actions wait for an admin's repair and never age into exhaustion: no due time.
-                due_at=None if kind in workspaces.WORKSPACE_KINDS else timezone.now() + action_due(),
+                # Workspace actions wait for an admin's repair, and a run that cannot be recovered (its tool or
+                # subagent is gone, its checkpoint corrupt) waits for Start over or a cancel: neither ages into an
+                # exhaustion whose "one more attempt" would be refused. No due time.
+                due_at=None
+                if kind in workspaces.WORKSPACE_KINDS or cause in c.NOT_RECOVERABLE
+                else timezone.now() + action_due(),
             )
             e = _event(action, "action_opened", actor, status=status, cause=cause, seq=seq)
             event_append(
@@ -296,11 +300,8 @@ def _rerun_sets(action: RecoveryAction) -> tuple[set[int], set[int]]:
     return unknown, failed
 
 
-UNRECOVERABLE = ("corrupt_checkpoint", *c.UNAVAILABLE)
-
-
 def _refuse_unrecoverable(action: RecoveryAction) -> None:
-    if action.cause in UNRECOVERABLE:
+    if action.cause in c.NOT_RECOVERABLE:
         raise NotEligible(
             f"Run #{action.run_id} cannot be continued ({action.cause.replace('_', ' ')}): nothing of it can be "
             "reused safely. Cancel this action, then start over or close the task.",

@@ -18,7 +18,6 @@ from tasks.holds import Hold, TaskFacts, task_hold
 ACTIONS = ("retry", "cancel", "pause", "resume", "continue", "decide")
 OUTCOMES = ("performed", "not_performed", "unresolved")
 WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
-UNRECOVERABLE = ("corrupt_checkpoint", *c.UNAVAILABLE)
 LIVE_RUN = ("queued", "running", "stopping")
 CLOSED = ("done", "cancelled")
 
@@ -135,7 +134,7 @@ def _retry(params: Params, facts: ItemFacts) -> Verdict:
     target = candidates[0]
     if target.status == "exhausted":
         return Verdict(action=target, refusal="exhausted")
-    if target.cause in UNRECOVERABLE:
+    if target.cause in c.NOT_RECOVERABLE:
         return Verdict(action=target, refusal="recovery_unavailable")
     return _admission(target, facts, params, reruns_unknown=target.kind == "unknown_outcome")
 

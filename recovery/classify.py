@@ -29,6 +29,8 @@ CHAIN_MAX_RUNS = 32
 # Recovery is unavailable for these: nothing can be continued; what remains is
 # a fresh start (start over) or cancelling.
 UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
+# Causes of an action no attempt can get past: what remains is Start over, a cancel, or closing the task.
+NOT_RECOVERABLE = ("corrupt_checkpoint", *UNAVAILABLE)
 
 
 @dataclass(frozen=True)

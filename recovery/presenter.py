@@ -125,10 +125,6 @@ OWNERS = {"role:operator": "operators", "role:admin": "admins"}
 DECIDED = {"performed": "it happened", "not_performed": "it did not happen", "unresolved": "unresolved"}
 
 
-# Recovery of the run is unavailable: what remains is Start over, Cancel (or Close).
-NOT_CONTINUABLE = ("corrupt_checkpoint", *c.UNAVAILABLE)
-
-
 def step_where(seq, evidence: dict) -> str:
     """ "step 3", or "item 2 of step 1" for a batch item (the action's evidence says which)."""
     if evidence.get("item") and evidence.get("parent_seq"):
@@ -466,7 +462,8 @@ def action_view(
         view.badge, view.tone = "Needs decision", "attention"
         view.gate = gate_line(gate)
         view.due = At(action.due_at) if action.due_at else None
-        if action.attempts or action.kind == "continuation":
+        # Attempts bound an action only where an attempt can be admitted: not where recovery is unavailable.
+        if (action.attempts or action.kind == "continuation") and action.cause not in c.NOT_RECOVERABLE:
             view.attempts = f"{action.attempts} of {action.max_attempts} attempts used"
         if unknown:
             view.next = (
@@ -478,7 +475,7 @@ def action_view(
                 f"Recovery of run #{action.run_id} is unavailable: Start over (a fresh run from the beginning that "
                 "reuses nothing), or cancel this action.",
             )
-        elif action.cause in NOT_CONTINUABLE:
+        elif action.cause in c.NOT_RECOVERABLE:
             view.next = (
                 "Nothing of run #",
                 str(action.run_id),
@@ -504,7 +501,7 @@ def action_view(
             controls.add("cancel")
             if unknown:
                 controls.add("decide")
-            elif action.cause not in NOT_CONTINUABLE:
+            elif action.cause not in c.NOT_RECOVERABLE:
                 controls.add("retry")
         view.controls = frozenset(controls)
     elif status == "retrying":

@@ -1,6 +1,7 @@
 """Start over: a fresh run from the beginning that reuses nothing, refused while it would be unsafe."""
 
 import pytest
+from django.test import Client
 
 from recovery.models import RecoveryAction
 from recovery.supervisor import supervise_once
@@ -8,7 +9,7 @@ from tasks.models import Event, Run, Step
 from tasks.services import task_create
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action
 from tests.factories import make_agent, make_member, user_token
-from tests.helpers import plan
+from tests.helpers import outer_html, plan, visible_text
 from tests.recovery import engine
 from tests.recovery.engine import SAFE
 
@@ -136,7 +137,7 @@ def test_start_over_respects_roles_organizations_and_private_tasks(
     assert counts() == before
 
 
-def test_recovery_unavailable_names_its_reason_and_leaves_start_over_and_cancel(org, agent, api):
+def test_recovery_unavailable_names_its_reason_and_leaves_start_over_and_cancel(org, agent, api, operator):
     # Step 1 ran scrape_v1 (the worker knew it then); the worker that resumes knows no such tool.
     task = engine.start(org, [("scrape_v1", {"url": "x"}), SAFE, ("scrape_v1", {"url": "y"})])
     old = engine.crash_after_dispatch(engine.first_run(task), 2)
@@ -149,6 +150,17 @@ def test_recovery_unavailable_names_its_reason_and_leaves_start_over_and_cancel(
     assert body["evidence"]["reasons"][0]["code"] == "tool_unknown"
     retry = api.post(f"/api/actions/{action.pk}/retry/", {"version": body["version"]}, format="json")
     assert retry.status_code == 409 and retry.json()["reason"] == "tool_unknown"
+    # The card says why and what remains; it counts no attempts and sets no due time, since no attempt can be
+    # admitted (it would age into an exhaustion whose "one more attempt" is refused too).
+    assert action.due_at is None
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/tasks/{task.pk}/").text
+    card = visible_text(outer_html(page, f"action-{action.pk}"))
+    assert "the worker no longer knows" in card and "Step 3 calls scrape_v1" in card
+    assert "is unavailable: Start over" in card and "Cancel action" in card
+    assert "attempts used" not in card and "Due" not in card and "Retry" not in card
+    assert "Start over" in visible_text(outer_html(page, f"task-{task.pk}"))  # the control the card names
     assert start_over(api, task.pk).status_code == 202
 
 
