@@ -30,6 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.core import BASE_DIR, BENCH_DIR, Context, Record, Timeout, discover, hard_limit, machine, markdown, table
 
 BENCH_DB_NAME = "bench_console"
+# BENCH_BUDGET_SCALE shrinks (or grows) every figure's time budget: the suite's smoke test runs one figure briefly.
+SCALE = float(os.environ.get("BENCH_BUDGET_SCALE") or 1)
 WORKSPACES = BENCH_DIR / f"workspaces-{os.getpid()}"
 
 
@@ -106,22 +108,24 @@ def main(argv: list[str]) -> int:
             f"{time.monotonic() - t:.1f} s); {machine()}",
             flush=True,
         )
-        print(f"bench: {len(chosen)} figure groups, budgets {sum(f.budget for f in chosen):g} s in all\n", flush=True)
+        total = sum(f.budget for f in chosen) * SCALE
+        print(f"bench: {len(chosen)} figure groups, budgets {total:g} s in all\n", flush=True)
         for f in chosen:
+            budget = f.budget * SCALE
             ctx = Context(
                 vendor=connection.vendor,
-                deadline=time.monotonic() + f.budget,
-                budget=f.budget,
+                deadline=time.monotonic() + budget,
+                budget=budget,
                 scratch=BENCH_DIR,
                 server_url=server_url,
             )
             t = time.monotonic()
-            print(f"== {', '.join(f.names)} (budget {f.budget:g} s)", flush=True)
+            print(f"== {', '.join(f.names)} (budget {budget:g} s)", flush=True)
             try:
-                with hard_limit(2 * f.budget):
+                with hard_limit(2 * budget):
                     produced = f.fn(ctx)
             except Timeout:
-                produced = [_missing(n, f"interrupted after {2 * f.budget:g} s") for n in f.names]
+                produced = [_missing(n, f"interrupted after {2 * budget:g} s") for n in f.names]
                 failed = True
             except Exception as exc:
                 traceback.print_exc()
@@ -149,7 +153,7 @@ def main(argv: list[str]) -> int:
     out.write_text(json.dumps([r.as_json() for r in records], indent=2) + "\n")
     (BENCH_DIR / "results.md").write_text(markdown(records) + "\n")
     print(table(records))
-    print(f"\nbench: {connection.vendor}, done in {elapsed:.0f} s; {out.relative_to(BASE_DIR)} (and results.md)")
+    print(f"\nbench: {connection.vendor}, done in {elapsed:.0f} s; {os.path.relpath(out, BASE_DIR)} (and results.md)")
     return 1 if failed else 0
 
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-BENCH_DIR = BASE_DIR / "var" / "bench"
+# Under the state directory the console uses (CONSOLE_VAR, default var/).
+BENCH_DIR = Path(os.environ.get("CONSOLE_VAR") or BASE_DIR / "var") / "bench"
 
 # The record of one figure: exactly these keys go to var/bench/results.json.
 RECORD_KEYS = ("name", "value", "unit", "baseline", "baseline_value", "ratio", "target_ratio", "better")
