@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from recovery import presenter
 from recovery.bulk import bulk_advance, bulk_batch, bulk_execute, bulk_preview
 from recovery.models import BulkOperation, RecoveryAction
 from tasks.accounts import member_add
@@ -108,7 +109,11 @@ def test_the_history_lists_each_operation_with_its_counts(login, org, agent, ope
     row = visible_text(outer_html(page, f"bulk-row-{op.pk}"))
     assert "Decide the unknown outcome" in row and "olive" in row and "Finished" in row
     assert re.search(r"Tasks 2 Applied 2 Skipped 0 Failed 0", row)
-    assert "Preview" in visible_text(outer_html(page, f"bulk-row-{pending.pk}"))
+    # How long it took, from its saved start and finish; nothing yet for one that has not run.
+    op.refresh_from_db()
+    assert f"Took {presenter.duration(op.started_at, op.finished_at)}" in row and re.search(r"Took \d+(\.\d)? m?s", row)
+    pending_row = visible_text(outer_html(page, f"bulk-row-{pending.pk}"))
+    assert "Preview" in pending_row and "Took —" in pending_row
     # A viewer reads everything and is offered nothing.
     detail = login(viewer).get(f"/bulk/{pending.pk}/").text
     assert '<form method="post" action="/bulk/' not in detail
