@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from recovery.models import RecoveryAction
 from tasks.models import Event, Run, Step
 from tasks.services import task_create
 from tests.factories import worker_token
@@ -118,6 +119,15 @@ def test_a_long_bash_command_is_killed_within_the_drain_time_and_records_no_outc
     assert step.phase == "dispatched" and step.result is None
     # The command's process group was killed with it.
     wait_for(lambda: subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True).returncode == 1, timeout=5)
+
+    # Once the lease lapsed, recovery treats the step by its mode: bash is notify, so nothing runs it again by
+    # itself; a person decides whether the command's effects happened.
+    wait_for(lambda: Run.objects.filter(pk=run.pk, lease_expires_at__lt=time_now()).exists(), what="lapse")
+    manage("supervise", "--once")
+    run.refresh_from_db()
+    assert run.status == "interrupted" and not Run.objects.filter(continues=run).exists()
+    action = RecoveryAction.objects.get(run=run)
+    assert (action.kind, action.status, action.seq) == ("unknown_outcome", "open", 1)
 
 
 def test_a_second_signal_exits_at_once(daphne_server, org, agent):
