@@ -50,7 +50,12 @@ def lease_period() -> timedelta:
 
 def alerts_for(user, *, now: datetime | None = None) -> list[Alert]:
     """What the header warns about, for the user's organizations, in one query."""
-    org_ids = [m.org_id for m in memberships_of(user)]
+    return alerts_of_orgs([m.org_id for m in memberships_of(user)], now=now)
+
+
+def alerts_of_orgs(org_ids, *, now: datetime | None = None) -> list[Alert]:
+    """The header's warnings for members of these organizations, in one query."""
+    org_ids = list(org_ids)
     if not org_ids:
         return []
     now = now or timezone.now()
@@ -114,8 +119,14 @@ def render_workers_body(user, *, request=None) -> str:
     return render_to_string("console/workers.html#body", workers_context(user), request=request)
 
 
-def render_alerts(user, *, request=None) -> str:
-    return render_to_string("console/ops_alerts.html", {"ops_alerts": alerts_for(user), "user": user}, request=request)
+def render_alerts(user, *, request=None, alerts: list[Alert] | None = None) -> str:
+    alerts = alerts_for(user) if alerts is None else alerts
+    return render_to_string("console/ops_alerts.html", {"ops_alerts": alerts, "user": user}, request=request)
+
+
+def alerts_key(alerts: list[Alert]) -> tuple:
+    """What the warnings say, without the clock: a live page is sent the header again only when this changes."""
+    return tuple((a.code, a.at, a.org) for a in alerts)
 
 
 @login_required

@@ -196,6 +196,26 @@ class Relay:
                 access = found.get(consumer.access_key())
                 if access is not None:
                     await consumer.apply_access(access)
+            await self._refresh_alerts([c for c in consumers if c.subscribed])
+
+    async def _refresh_alerts(self, consumers) -> None:
+        """The header's warnings on every live page: a supervisor gone silent or queued runs with no worker is
+        news no event announces (nothing happens). Read once per distinct set of organizations, sent to a
+        page only when what they say changed since that page last showed them."""
+        pages = [c for c in consumers if getattr(c, "alerts_key", None) is not None]
+        if not pages:
+            return
+        groups = {frozenset(c.orgs): c.user for c in pages}
+        try:
+            found = await database_sync_to_async(_read_alerts, thread_sensitive=False)(groups)
+        except Exception:
+            log.exception("header warnings: reading them failed; trying again next interval")
+            return
+        for consumer in pages:
+            key, html = found[frozenset(consumer.orgs)]
+            if key != consumer.alerts_key:
+                consumer.alerts_key = key
+                await consumer.push_extra(html)
 
     def _fetch(self) -> list[Event]:
         events = []
@@ -356,6 +376,21 @@ class Relay:
 
 def _read_access(wanted: dict) -> dict:
     return {key: live.check_access(user, page, obj_id) for key, (user, page, obj_id) in wanted.items()}
+
+
+def _read_alerts(groups: dict) -> dict:
+    """{organizations: (what the warnings say, the header's warnings as an out-of-band swap)}."""
+    from console import ops
+
+    out = {}
+    for org_ids, user in groups.items():
+        alerts = ops.alerts_of_orgs(org_ids)
+        html = ops.render_alerts(user, alerts=alerts).strip()
+        out[org_ids] = (
+            ops.alerts_key(alerts),
+            html.replace('<div id="ops-alerts"', '<div hx-swap-oob="true" id="ops-alerts"', 1),
+        )
+    return out
 
 
 relay = Relay()

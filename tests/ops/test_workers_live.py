@@ -1,15 +1,19 @@
 """The workers page's socket re-renders on a timer (heartbeats and passes append no Event)."""
 
+from datetime import timedelta
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from console.ops_live import WorkersConsumer
+from recovery.models import SupervisorProcess
+from recovery.supervisor import supervise_once
 from tasks import services
 from tasks.models import WorkerInstance
 from tests.factories import make_member
-from tests.live.test_consumers import connect, live_settings  # noqa: F401 (the fixture)
-from tests.recovery.engine import worker
+from tests.live.test_consumers import connect, live_settings, receive_until, subscribed  # noqa: F401 (the fixture)
+from tests.recovery.engine import SAFE, start, worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,3 +68,30 @@ async def test_strangers_and_removed_members_are_closed(org, other_org, operator
     while (out := await socket.receive_output(timeout=5))["type"] != "websocket.close":
         pass
     assert out["code"] == 4403
+
+
+async def test_every_live_page_is_sent_the_header_warning_when_the_supervisor_goes_silent_and_when_it_returns(
+    org,
+    agent,
+    operator,
+    settings,
+):
+    settings.CONSOLE_SUPERVISE_SECONDS = 5
+    task = await sync_to_async(lambda: start(org, [SAFE]))()
+    await sync_to_async(lambda: supervise_once(label="sup-a"))()
+    sockets = [await subscribed(path, operator) for path in ("/ws/board/", f"/ws/tasks/{task.pk}/", "/ws/inbox/")]
+    # Nothing happens: no event is appended, and the supervisor's last pass simply grows old.
+    await sync_to_async(lambda: SupervisorProcess.objects.update(last_pass_at=timezone.now() - timedelta(seconds=60)))()
+    for socket in sockets:
+        got = await receive_until(socket, lambda m: 'data-alert="supervisor_silent"' in m)
+        assert 'hx-swap-oob="true" id="ops-alerts"' in got[-1] and "No supervisor pass since" in got[-1]
+    # It is sent once, not again every interval (the relay re-reads it every 0.2 s here).
+    for socket in sockets:
+        assert await socket.receive_nothing(timeout=0.8)
+    # A pass clears it everywhere.
+    await sync_to_async(lambda: supervise_once(label="sup-a"))()
+    for socket in sockets:
+        got = await receive_until(socket, lambda m: 'id="ops-alerts"' in m)
+        # Only the other warning stays: a run is queued and no worker was ever seen.
+        assert "supervisor_silent" not in got[-1] and 'data-alert="no_worker"' in got[-1]
+        await socket.disconnect()
