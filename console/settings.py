@@ -77,7 +77,7 @@ MIDDLEWARE = [
 
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one username from one
 # address, that pair is locked for AXES_COOLOFF_TIME; a success resets the count. Attempts are rows in the
-# database, so every web process sees the same count. Admins unlock with `manage.py axes_reset_username NAME`.
+# database, so every web process sees the same count. Admins unlock on /settings/sign-in/ (or axes_reset_username).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",

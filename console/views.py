@@ -2,6 +2,7 @@
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -19,7 +20,7 @@ from recovery.fresh import task_start_over as start_over
 from recovery.models import RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_detail
-from tasks import services, throttles
+from tasks import accounts, services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.models import Agent, Task
@@ -379,16 +380,53 @@ def task_message(request, task_id: int):
 # --- settings ----------------------------------------------------------------------
 
 
-def _settings_admin(request):
-    """The membership whose tool settings the person edits; PermissionDenied (the styled refusal) otherwise."""
+def _settings_admin(request, what: str = "Tool settings"):
+    """The membership whose settings the person edits; PermissionDenied (the styled refusal) otherwise."""
     membership = primary_membership(request.user)
     if membership is None:
-        raise PermissionDenied("Tool settings belong to an organization, and you are not a member of one.")
+        raise PermissionDenied(f"{what} belong to an organization, and you are not a member of one.")
     if not can_admin(request.user, membership.org_id):
-        raise PermissionDenied(
-            f"Tool settings need the admin role; you are {membership.role} in {membership.org.name}."
-        )
+        raise PermissionDenied(f"{what} need the admin role; you are {membership.role} in {membership.org.name}.")
     return membership
+
+
+# --- sign-in locks -----------------------------------------------------------------------------
+
+
+@login_required
+@require_safe
+def settings_signin(request):
+    """The organization's members whose sign-in is locked after wrong passwords, each with Unlock (admin)."""
+    membership = _settings_admin(request, "Sign-in locks")
+    notes = [str(m) for m in messages.get_messages(request)]
+    return _page(
+        request,
+        "console/settings_signin.html",
+        {
+            "locks": accounts.signin_locks(membership.org_id),
+            "org": membership.org,
+            "failures": settings.AXES_FAILURE_LIMIT,
+            "cooloff_minutes": int(settings.AXES_COOLOFF_TIME.total_seconds() // 60),
+            "notes": notes,
+            "nav": "settings",
+        },
+    )
+
+
+@login_required
+@require_POST
+def settings_signin_unlock(request):
+    membership = _settings_admin(request, "Sign-in locks")
+    username = request.POST.get("username", "")
+    try:
+        removed = accounts.signin_unlock(actor=request.user, org_id=membership.org_id, username=username)
+    except NotFound:
+        raise Http404("No such member.") from None
+    if removed:
+        messages.success(request, f"Unlocked {username}: they can sign in again now.")
+    else:
+        messages.info(request, f"{username} was not locked (the lock may have lifted by itself).")
+    return redirect("settings-signin")
 
 
 def _settings_page(request, membership, *, focus: str = "", section=None, status: int = 200):

@@ -1,8 +1,12 @@
 """Organizations, members, agents, workers and their tokens. Each function is one transaction."""
 
+from axes.models import AccessAttempt
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
+from tasks.authz import require_role
 from tasks.errors import Invalid, NotFound
 from tasks.events import event_append
 from tasks.models import Agent, AgentProfile, ApiToken, Membership, Organization, Role, Worker
@@ -137,3 +141,34 @@ def token_revoke(
             event_append(org_id=org_id, kind="token_revoked", actor=actor, payload={**whose, "token": token.pk})
     ApiToken.objects.filter(pk__in=[t.pk for t in revoked]).delete()
     return len(revoked)
+
+
+# --- sign-in locks (django-axes) ---------------------------------------------------------------
+
+
+def signin_locks(org_id: int, *, now=None) -> list[dict]:
+    """Members of the organization whose sign-in is locked now: after AXES_FAILURE_LIMIT wrong passwords for one
+    username from one address, until AXES_COOLOFF_TIME after the last one. Newest first, at most 200."""
+    now = now or timezone.now()
+    members = Membership.objects.filter(org_id=org_id).values("user__username")
+    return list(
+        AccessAttempt.objects.filter(
+            username__in=members,
+            failures_since_start__gte=settings.AXES_FAILURE_LIMIT,
+            attempt_time__gte=now - settings.AXES_COOLOFF_TIME,
+        )
+        .order_by("-attempt_time", "id")
+        .values("username", "ip_address", "failures_since_start", "attempt_time")[:200]
+    )
+
+
+@transaction.atomic
+def signin_unlock(*, actor, org_id: int, username: str) -> int:
+    """An admin lifts the sign-in lock of a member of their organization (every address); returns the number of
+    lock records removed. A name that is not a member is NotFound, whether or not such a person exists."""
+    require_role(actor, org_id, Role.ADMIN)
+    if not isinstance(username, str) or not Membership.objects.filter(org_id=org_id, user__username=username).exists():
+        raise NotFound("No such member.", field="username")
+    removed, _ = AccessAttempt.objects.filter(username=username).delete()
+    event_append(org_id=org_id, kind="signin_unlocked", actor=actor, payload={"username": username, "removed": removed})
+    return removed

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from axes.models import AccessAttempt
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
@@ -63,6 +64,17 @@ def a11y_scenario(org, admin) -> A11yScenario:
         reason="the billing hook dedupes on its request id",
     )
     bulk_preview, bulk_done = bulk_scenario(admin, [unknown.task_id, continuation.task_id, exhausted.task_id])
+    # A member locked out of signing in from another address (the record django-axes keeps), for the locks page.
+    AccessAttempt.objects.create(
+        username="victor",
+        ip_address="203.0.113.7",
+        failures_since_start=5,
+        user_agent="a11y",
+        http_accept="*/*",
+        path_info="/accounts/login/",
+        get_data="",
+        post_data="",
+    )
     return A11yScenario(
         bulk_preview=bulk_preview,
         bulk_done=bulk_done,
@@ -186,6 +198,8 @@ PAGES: list[Visit] = [
     Visit("tool settings", "/settings/tools/", roles=("admin",)),
     Visit("tool settings asking to confirm", "/settings/tools/", roles=("admin",), prepare=settings_asking_to_confirm),
     Visit("tool settings refused", "/settings/tools/", roles=("viewer", "operator"), status=403),
+    Visit("sign-in locks, a member locked", "/settings/sign-in/", roles=("admin",)),
+    Visit("sign-in locks refused", "/settings/sign-in/", roles=("viewer", "operator"), status=403),
 ]
 
 

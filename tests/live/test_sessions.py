@@ -12,8 +12,10 @@ from django.test import Client
 
 from console.asgi import application
 from console.consumers import CLOSE_UNAUTHENTICATED
+from tasks.models import Event
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
+from tests.factories import make_member
 from tests.helpers import visible_text
 from tests.live.test_consumers import ORIGIN, live_settings  # noqa: F401
 
@@ -82,6 +84,39 @@ def test_wrong_passwords_lock_the_sign_in_with_a_clear_message_and_an_admin_unlo
 
     call_command("axes_reset_username", "olive")
     assert client.post("/accounts/login/", {"username": "olive", "password": PASSWORD}).status_code == 302
+
+
+def test_an_admin_of_the_organization_sees_who_is_locked_and_unlocks_them_in_the_console(
+    db, org, operator, admin_user, viewer, other_org, settings
+):
+    locked = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        locked.post("/accounts/login/", {"username": "olive", "password": "wrong"})
+    assert locked.post("/accounts/login/", {"username": "olive", "password": PASSWORD}).status_code == 429
+
+    ada = Client()
+    ada.force_login(admin_user)
+    page = visible_text(ada.get("/settings/sign-in/").content.decode())
+    assert "olive" in page and "Unlock olive" in page and str(settings.AXES_FAILURE_LIMIT) in page
+    # Only admins of olive's organization: others get the styled refusal, another organization's admin a 404.
+    for user in (operator, viewer):
+        refused = Client()
+        refused.force_login(user)
+        r = refused.get("/settings/sign-in/")
+        assert r.status_code == 403 and "Sign-in locks need the admin role" in r.content.decode()
+        assert refused.post("/settings/sign-in/unlock/", {"username": "olive"}).status_code == 403
+    stranger = Client()
+    stranger.force_login(make_member(other_org, "gina", "admin"))
+    assert "olive" not in stranger.get("/settings/sign-in/").content.decode()
+    assert stranger.post("/settings/sign-in/unlock/", {"username": "olive"}).status_code == 404
+    assert locked.post("/accounts/login/", {"username": "olive", "password": PASSWORD}).status_code == 429
+
+    r = ada.post("/settings/sign-in/unlock/", {"username": "olive"}, follow=True)
+    text = visible_text(r.content.decode())
+    assert "Unlocked olive: they can sign in again now." in text and "Unlock olive" not in text
+    event = Event.objects.get(kind="signin_unlocked")
+    assert event.actor == "ada" and event.payload["username"] == "olive" and event.org_id == org.pk
+    assert locked.post("/accounts/login/", {"username": "olive", "password": PASSWORD}).status_code == 302
 
 
 # --- sockets close with their session ------------------------------------------------------
