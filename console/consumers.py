@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
-from console import live, ops
+from console import live
 from console.relay import relay
 from recovery import triage
 from recovery.triage import BOARD_PARAMS
@@ -96,8 +96,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
         self.orgs = await database_sync_to_async(live.nav_orgs)(self.user)
-        # What the header's warnings said when the page was drawn; the relay sends them again when it changes.
-        self.alerts_key = await database_sync_to_async(lambda: ops.alerts_key(ops.alerts_of_orgs(self.orgs)))()
+        # What the header's warnings say on this page as far as the relay knows: nothing yet, so its next re-read
+        # (within CONSOLE_LIVE_RECHECK_SECONDS) sends them once, then only when they change. Not read here:
+        # a query more per connect queues 200 opening sockets behind each other on the one database thread.
+        self.alerts_key = None
+        self.wants_alerts = True
         # Subscribe before any snapshot is taken, so no event falls between them. The relay re-reads
         # every socket's access on a schedule of its own (the safety net for changes with no event);
         # the socket itself watches only its session's expiry, which no event announces.

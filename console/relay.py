@@ -201,8 +201,8 @@ class Relay:
     async def _refresh_alerts(self, consumers) -> None:
         """The header's warnings on every live page: a supervisor gone silent or queued runs with no worker is
         news no event announces (nothing happens). Read once per distinct set of organizations, sent to a
-        page only when what they say changed since that page last showed them."""
-        pages = [c for c in consumers if getattr(c, "alerts_key", None) is not None]
+        page once after it connects and then only when what they say changed."""
+        pages = [c for c in consumers if getattr(c, "wants_alerts", False)]
         if not pages:
             return
         groups = {frozenset(c.orgs): c.user for c in pages}

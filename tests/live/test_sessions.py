@@ -17,7 +17,7 @@ from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
 from tests.factories import make_member
 from tests.helpers import visible_text
-from tests.live.test_consumers import ORIGIN, live_settings  # noqa: F401
+from tests.live.test_consumers import ORIGIN, live_settings, receive_page  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +36,7 @@ async def socket_of(client: Client, path: str) -> WebsocketCommunicator:
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     await communicator.send_json_to({"type": "resync", "last_event": 0})
-    await communicator.receive_from(timeout=5)  # subscribed: the first resync was answered
+    await receive_page(communicator)  # subscribed: the first resync was answered
     return communicator
 
 
