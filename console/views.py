@@ -419,10 +419,10 @@ def settings_signin_unlock(request):
     membership = _settings_admin(request, "Sign-in locks")
     username = request.POST.get("username", "")
     try:
-        removed = accounts.signin_unlock(actor=request.user, org_id=membership.org_id, username=username)
+        locked = accounts.signin_unlock(actor=request.user, org_id=membership.org_id, username=username)
     except NotFound:
         raise Http404("No such member.") from None
-    if removed:
+    if locked:
         messages.success(request, f"Unlocked {username}: they can sign in again now.")
     else:
         messages.info(request, f"{username} was not locked (the lock may have lifted by itself).")

@@ -146,17 +146,21 @@ def token_revoke(
 # --- sign-in locks (django-axes) ---------------------------------------------------------------
 
 
-def signin_locks(org_id: int, *, now=None) -> list[dict]:
-    """Members of the organization whose sign-in is locked now: after AXES_FAILURE_LIMIT wrong passwords for one
-    username from one address, until AXES_COOLOFF_TIME after the last one. Newest first, at most 200."""
+def _locking(now=None):
+    """The attempt records that lock a sign-in now: AXES_FAILURE_LIMIT wrong passwords for one username from one
+    address, until AXES_COOLOFF_TIME after the last one."""
     now = now or timezone.now()
+    return AccessAttempt.objects.filter(
+        failures_since_start__gte=settings.AXES_FAILURE_LIMIT, attempt_time__gte=now - settings.AXES_COOLOFF_TIME
+    )
+
+
+def signin_locks(org_id: int, *, now=None) -> list[dict]:
+    """Members of the organization whose sign-in is locked now. Newest first, at most 200."""
     members = Membership.objects.filter(org_id=org_id).values("user__username")
     return list(
-        AccessAttempt.objects.filter(
-            username__in=members,
-            failures_since_start__gte=settings.AXES_FAILURE_LIMIT,
-            attempt_time__gte=now - settings.AXES_COOLOFF_TIME,
-        )
+        _locking(now)
+        .filter(username__in=members)
         .order_by("-attempt_time", "id")
         .values("username", "ip_address", "failures_since_start", "attempt_time")[:200]
     )
@@ -164,11 +168,13 @@ def signin_locks(org_id: int, *, now=None) -> list[dict]:
 
 @transaction.atomic
 def signin_unlock(*, actor, org_id: int, username: str) -> int:
-    """An admin lifts the sign-in lock of a member of their organization (every address); returns the number of
-    lock records removed. A name that is not a member is NotFound, whether or not such a person exists."""
+    """An admin lifts the sign-in lock of a member of their organization (every address) and clears their failed
+    attempts; returns how many locks were in force (0: nothing was locked). A name that is not a member is
+    NotFound, whether or not such a person exists."""
     require_role(actor, org_id, Role.ADMIN)
     if not isinstance(username, str) or not Membership.objects.filter(org_id=org_id, user__username=username).exists():
         raise NotFound("No such member.", field="username")
-    removed, _ = AccessAttempt.objects.filter(username=username).delete()
-    event_append(org_id=org_id, kind="signin_unlocked", actor=actor, payload={"username": username, "removed": removed})
-    return removed
+    locked = _locking().filter(username=username).count()
+    AccessAttempt.objects.filter(username=username).delete()
+    event_append(org_id=org_id, kind="signin_unlocked", actor=actor, payload={"username": username, "locks": locked})
+    return locked

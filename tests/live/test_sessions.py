@@ -117,6 +117,9 @@ def test_an_admin_of_the_organization_sees_who_is_locked_and_unlocks_them_in_the
     event = Event.objects.get(kind="signin_unlocked")
     assert event.actor == "ada" and event.payload["username"] == "olive" and event.org_id == org.pk
     assert locked.post("/accounts/login/", {"username": "olive", "password": PASSWORD}).status_code == 302
+    # Unlocking someone who is not locked says so, and claims nothing was lifted.
+    again = visible_text(ada.post("/settings/sign-in/unlock/", {"username": "olive"}, follow=True).content.decode())
+    assert "olive was not locked" in again and "Unlocked olive" not in again
 
 
 # --- sockets close with their session ------------------------------------------------------
