@@ -109,7 +109,8 @@ async def nothing_but_warnings(communicator, *, timeout: float) -> bool:
 
 
 async def receive_until(communicator, predicate, *, timeout: float = 5.0) -> list[str]:
-    """Every message up to and including the first one that satisfies predicate."""
+    """Every message about the page up to and including the first one that satisfies predicate (the header's
+    warnings, which reach a page on their own schedule, are left out unless they are what predicate looks for)."""
     received, deadline = [], time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -119,9 +120,10 @@ async def receive_until(communicator, predicate, *, timeout: float = 5.0) -> lis
             message = await communicator.receive_from(timeout=left)
         except TimeoutError:
             continue
-        received.append(message)
         if predicate(message):
-            return received
+            return [*received, message]
+        if not is_warnings(message):
+            received.append(message)
 
 
 async def close_code(communicator, *, timeout: float = 5.0) -> tuple[int, list[str]]:
