@@ -35,8 +35,11 @@ axe: node_modules/.installed
 run: venv
 	@bin/run
 
+# pytest-xdist: one worker per core, at most four (each has its own test database and workspaces root;
+# the real-process tests spend most of their time waiting on workers and leases). TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= auto --maxprocesses=4
 test: venv browser axe
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -m "not browser and not slow" $(PYTEST_ARGS)
@@ -55,4 +58,4 @@ bench: venv $(VENV)/.bench-installed
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf var/workspaces var/test-workspaces var/*.sqlite3*
+	rm -rf var/workspaces var/test-workspaces* var/*.sqlite3*

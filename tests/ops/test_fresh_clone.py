@@ -12,7 +12,12 @@ pytestmark = pytest.mark.slow
 
 
 def _fresh_env(var_dir) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CONSOLE_SQLITE_TEST_NAME")}
+    # Nothing of this run's own set-up: its database, its workspaces, the pytest-xdist worker it runs in.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "CONSOLE_SQLITE_TEST_NAME") and not k.startswith("PYTEST_")
+    }
     env.update({"CONSOLE_VAR": str(var_dir), "PYTHONUNBUFFERED": "1"})
     env.pop("CONSOLE_WORKSPACES", None)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)

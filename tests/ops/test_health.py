@@ -49,6 +49,7 @@ class Forwarder:
         self.port, self.target = port, target
         self.server: socket.socket | None = None
         self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
 
     def open(self) -> "Forwarder":
         self.server = socket.create_server(("127.0.0.1", self.port))
@@ -66,7 +67,12 @@ class Forwarder:
             except OSError:
                 client.close()
                 continue
-            self.conns += [client, upstream]
+            with self.lock:
+                if self.server is not server:  # closed (or reopened) while this one was being accepted
+                    client.close()
+                    upstream.close()
+                    return
+                self.conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -85,15 +91,16 @@ class Forwarder:
                     pass
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for s in self.conns:
+        with self.lock:
+            if self.server is not None:
+                self.server.close()
+                self.server = None
+            conns, self.conns = self.conns, []
+        for s in conns:
             try:
                 s.close()
             except OSError:
                 pass
-        self.conns.clear()
 
 
 def postgres_target() -> tuple[str, int, str, str]:
