@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -29,7 +30,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bench.core import BASE_DIR, BENCH_DIR, Context, Record, Timeout, discover, hard_limit, machine, markdown, table
 
-BENCH_DB_NAME = "bench_console"
+# BENCH_DB_NAME names the PostgreSQL database the bench creates and drops (the suite's smoke test uses its own,
+# so a `make bench` and a `make test` on one server never drop each other's).
+BENCH_DB_NAME = os.environ.get("BENCH_DB_NAME") or "bench_console"
+if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", BENCH_DB_NAME):
+    raise SystemExit(f"bench: BENCH_DB_NAME must be a lower-case SQL identifier, not {BENCH_DB_NAME!r}")
 # BENCH_BUDGET_SCALE shrinks (or grows) every figure's time budget: the suite's smoke test runs one figure briefly.
 SCALE = float(os.environ.get("BENCH_BUDGET_SCALE") or 1)
 WORKSPACES = BENCH_DIR / f"workspaces-{os.getpid()}"

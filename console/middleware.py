@@ -57,3 +57,30 @@ class PlainTextInputMiddleware:
         if where == "cookies":
             request.user = AnonymousUser()  # the session cookie itself is what cannot be looked up
         return refused(request, detail, status=400)
+
+
+class DatabaseBusyMiddleware:
+    """A request that waited out the connection pool (every connection of this process in use for
+    CONSOLE_DB_POOL_TIMEOUT seconds) is answered 503 `database_busy` with Retry-After, rendered without the
+    database, instead of a 500: it never got a connection, so nothing was written (tasks.errors.database_busy)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.http import HttpResponse
+        from django.template.loader import render_to_string
+
+        from tasks.errors import BUSY_RETRY_AFTER, DATABASE_BUSY, database_busy
+
+        if not database_busy(exception):
+            return None
+        if request.path_info.startswith("/api/"):
+            response = JsonResponse({"code": "database_busy", "detail": DATABASE_BUSY}, status=503)
+        else:
+            response = HttpResponse(render_to_string("busy.html", {"detail": DATABASE_BUSY}), status=503)
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response

@@ -232,8 +232,19 @@ class WorkersView(BaseAPIView):
 # --- health ----------------------------------------------------------------------------
 
 
+# How long /healthz and /api/health/ wait for a pooled connection: a prober wants its answer in seconds, while
+# a request queues for one up to CONSOLE_DB_POOL_TIMEOUT (see settings).
+HEALTH_POOL_TIMEOUT = 3.0
+
+
 def database_ok() -> bool:
     try:
+        pool = getattr(connection, "pool", None)  # psycopg's pool: PostgreSQL with CONSOLE_DB_POOL on
+        if pool is not None:
+            pool.open()
+            with pool.connection(timeout=HEALTH_POOL_TIMEOUT) as conn:
+                conn.execute("SELECT 1").fetchone()
+            return True
         connection.ensure_connection()
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")

@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # NUL or lone surrogates in a URL, header, cookie or form: 400 before any view looks anything up.
     "console.middleware.PlainTextInputMiddleware",
+    # A view that waited out the database connection pool: 503 database_busy, not a 500.
+    "console.middleware.DatabaseBusyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -137,14 +139,17 @@ else:
     # Connections are reused through psycopg's pool, one per process shared by its threads (Django's
     # advice under ASGI, where persistent per-thread connections would leak with the executor's threads):
     # a request no longer opens a connection of its own. CONSOLE_DB_POOL=0 turns it off (e.g. behind
-    # pgbouncer); CONSOLE_DB_POOL_MAX bounds each process's connections. A request waits at most
-    # CONSOLE_DB_POOL_TIMEOUT seconds for a connection: a database that is gone still fails it (and /healthz)
-    # in seconds, since the pool keeps reconnecting in the background rather than in the request.
+    # pgbouncer); CONSOLE_DB_POOL_MAX bounds each process's connections. Every request runs in a thread of
+    # its own and holds its connection until it answers, so a burst (200 pages reconnecting after a deploy)
+    # wants more connections than the pool has: a request queues for one up to CONSOLE_DB_POOL_TIMEOUT
+    # seconds, then is answered 503 `database_busy` (console.middleware). /healthz waits only
+    # HEALTHZ_TIMEOUT, so a database that is gone still fails it in seconds; the pool keeps reconnecting in the
+    # background rather than in the request.
     if env_bool("CONSOLE_DB_POOL", True):
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 1,
             "max_size": env_int("CONSOLE_DB_POOL_MAX", 20),
-            "timeout": float(os.environ.get("CONSOLE_DB_POOL_TIMEOUT") or 2),
+            "timeout": float(os.environ.get("CONSOLE_DB_POOL_TIMEOUT") or 15),
         }
     test_name = os.environ.get("CONSOLE_PG_TEST_NAME")
     if test_name:

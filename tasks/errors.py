@@ -149,3 +149,21 @@ def not_found(request, exception=None):
     if request.path.startswith("/api/"):
         return JsonResponse({"code": "not_found", "detail": "There is no such API path."}, status=404)
     return page_not_found(request, exception)
+
+
+DATABASE_BUSY = "Every database connection of this server is in use. Nothing was changed; try again in a few seconds."
+BUSY_RETRY_AFTER = 5
+
+
+def database_busy(exc: BaseException | None) -> bool:
+    """Whether a request failed because it waited out the connection pool (psycopg_pool.PoolTimeout, which
+    Django re-raises as its own OperationalError): it never got a connection, so it wrote nothing."""
+    from psycopg_pool import PoolTimeout
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, PoolTimeout):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

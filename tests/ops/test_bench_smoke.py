@@ -22,7 +22,10 @@ KEYS = ["name", "value", "unit", "baseline", "baseline_value", "ratio", "target_
 def test_one_figure_runs_writes_its_record_and_leaves_nothing_behind(tmp_path):
     var_dir = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONSOLE_", "DJANGO_"))}
-    env.update({"CONSOLE_VAR": str(var_dir), "BENCH_BUDGET_SCALE": "0.1", "PYTHONUNBUFFERED": "1"})
+    database = f"bench_smoke_{os.getpid()}"
+    env.update(
+        {"CONSOLE_VAR": str(var_dir), "BENCH_BUDGET_SCALE": "0.1", "BENCH_DB_NAME": database, "PYTHONUNBUFFERED": "1"}
+    )
     result = subprocess.run(
         [sys.executable, "-m", "bench", "checkpoint"],
         cwd=ROOT,
@@ -45,5 +48,5 @@ def test_one_figure_runs_writes_its_record_and_leaves_nothing_behind(tmp_path):
     assert left == ["results.json", "results.md"], left  # no database file, no workspaces, no logs
     if os.environ.get("DATABASE_URL", "").startswith("postgres"):
         with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
-            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'bench_console'").fetchone()
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
         assert found is None  # the bench's database was dropped
