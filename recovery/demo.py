@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from recovery.actions import action_retry
+from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
 from recovery.followups import message_save
 from recovery.models import RecoveryAction
 from recovery.passes import default_label, supervisor_stopped
@@ -337,3 +338,21 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
         ),
     )
     say(task, "queued for the worker")
+
+    # Triage at scale, once: an operator holds two queued rebuilds with one bulk pause (preview, confirm, done).
+    shards = [
+        task_create(
+            org=org,
+            actor="demo",
+            title=f"Rebuild the search index, shard {n} of 2",
+            agent="scout",
+            input=_plan(("sleep", {"seconds": 1})),
+        )
+        for n in (1, 2)
+    ]
+    op = bulk_preview(user=operator, action="pause", ids=[t.pk for t in shards])
+    bulk_execute(user=operator, op_id=op.pk, scope_hash=op.scope_hash)
+    while bulk_advance(budget=5):
+        pass
+    for shard in shards:
+        say(shard, f"paused with the others of bulk operation #{op.pk}; Resume task lets its queued run go")
