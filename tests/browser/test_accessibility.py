@@ -86,3 +86,24 @@ def test_every_page_passes_axe(
             overflowing.append(f"- {visit.name} ({url}) scrolls sideways; widest: {', '.join(wide)}")
     assert not findings, describe(findings, role, width)
     assert not overflowing, f"pages wider than {width} px as {role}:\n" + "\n".join(overflowing)
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_the_busy_page_passes_axe(width, axe_source, daphne_server, page):
+    """The 503 `database_busy` page is drawn without the database, so no visit above can reach it: it is served
+    here at a path of the live server, with the server's own stylesheet (tests/ops/test_database_busy.py shows
+    a real pool answering it)."""
+    from django.template.loader import render_to_string
+
+    from tasks.errors import DATABASE_BUSY
+
+    html = render_to_string("busy.html", {"detail": DATABASE_BUSY})
+    url = daphne_server.url + "/busy-preview/"
+    page.route(url, lambda route: route.fulfill(status=503, body=html, content_type="text/html; charset=utf-8"))
+    page.set_viewport_size({"width": width, "height": WIDTHS[width]})
+    page.goto(url)
+    expect(page.locator("h1")).to_have_text("The console is busy")
+    assert page.evaluate("[...document.styleSheets].some(s => s.cssRules.length > 0)")  # the console's styles
+    findings = [("busy", url, v) for v in axe_violations(page, axe_source) if v["impact"] in FAILING]
+    assert not findings, describe(findings, "anonymous", width)
+    assert width >= 600 or no_horizontal_overflow(page)
