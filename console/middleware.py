@@ -80,7 +80,14 @@ class DatabaseBusyMiddleware:
             return None
         if request.path_info.startswith("/api/"):
             response = JsonResponse({"code": "database_busy", "detail": DATABASE_BUSY}, status=503)
+        elif request.headers.get("HX-Request") == "true":
+            # A card's control: htmx swaps no error into the card, and live.js shows this sentence in the header.
+            response = HttpResponse(DATABASE_BUSY, content_type="text/plain; charset=utf-8", status=503)
         else:
-            response = HttpResponse(render_to_string("busy.html", {"detail": DATABASE_BUSY}), status=503)
+            # Try again repeats a page load; a form sent by POST is not repeated by a link, so that one leads back.
+            again = request.get_full_path() if request.method == "GET" else None
+            response = HttpResponse(
+                render_to_string("busy.html", {"detail": DATABASE_BUSY, "again": again}), status=503
+            )
         response["Retry-After"] = str(BUSY_RETRY_AFTER)
         return response

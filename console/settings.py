@@ -143,8 +143,8 @@ else:
     # its own and holds its connection until it answers, so a burst (200 pages reconnecting after a deploy)
     # wants more connections than the pool has: a request queues for one up to CONSOLE_DB_POOL_TIMEOUT
     # seconds, then is answered 503 `database_busy` (console.middleware). /healthz waits only
-    # HEALTHZ_TIMEOUT, so a database that is gone still fails it in seconds; the pool keeps reconnecting in the
-    # background rather than in the request.
+    # console.ops.HEALTH_POOL_TIMEOUT, so a database that is gone still fails it in seconds; the pool keeps
+    # reconnecting in the background rather than in the request.
     if env_bool("CONSOLE_DB_POOL", True):
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 1,

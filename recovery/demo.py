@@ -355,4 +355,4 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
     while bulk_advance(budget=5):
         pass
     for shard in shards:
-        say(shard, f"paused with the others of bulk operation #{op.pk}; Resume task lets its queued run go")
+        say(shard, f"paused by bulk operation #{op.pk}, with the other shard; Resume task lets its queued run go")

@@ -42,6 +42,27 @@
     show(failures > 1 || navigator.onLine === false ? "unreachable" : "reconnecting");
   });
   document.addEventListener("htmx:wsError", function () { show("unreachable"); });
+
+  // A control the server could not serve for want of a database connection (503 database_busy): htmx swaps
+  // nothing into the card, so the server's sentence (nothing was changed) is shown with the header's warnings.
+  document.addEventListener("htmx:responseError", function (e) {
+    var xhr = e.detail.xhr, region = document.getElementById("ops-alerts");
+    if (!xhr || xhr.status !== 503 || !region) return;
+    var old = region.querySelector('[data-alert="database_busy"]');
+    if (old) old.remove();
+    var line = document.createElement("p");
+    line.className = "ops-alert";
+    line.setAttribute("role", "alert");
+    line.dataset.alert = "database_busy";
+    line.textContent = xhr.responseText;
+    region.appendChild(line);
+  });
+  // The next answer that arrives means the server is serving again: the busy line has said what it had to.
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (!e.detail.successful) return;
+    var old = document.querySelector('#ops-alerts [data-alert="database_busy"]');
+    if (old) old.remove();
+  });
   window.addEventListener("offline", function () { show("unreachable"); });
 
   // The reconnect notice can be dismissed; it sits in the page flow and never covers controls.

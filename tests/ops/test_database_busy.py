@@ -37,7 +37,7 @@ def lock_waiters(db: str) -> int:
 @pytest.fixture
 def postgres_only():
     if connection.vendor != "postgresql":
-        pytest.skip("the connection pool is PostgreSQL's (SQLite opens a connection per thread)")
+        pytest.skip("SQLite runs without a connection pool (CONSOLE_DB_POOL is PostgreSQL's): no pool to wait out")
 
 
 def test_a_request_that_waits_out_the_pool_is_503_database_busy_and_the_queue_drains(
@@ -68,6 +68,11 @@ def test_a_request_that_waits_out_the_pool_is_503_database_busy_and_the_queue_dr
         busy_page = httpx.get(server.url + "/inbox/", cookies=cookie, timeout=30)
         assert busy_page.status_code == 503 and "The console is busy" in busy_page.text
         assert "Traceback" not in busy_page.text and "Server Error" not in busy_page.text
+        assert 'href="/inbox/">Try again' in busy_page.text  # a page load is repeated by its link
+        # A card's control (htmx) gets the sentence alone, which live.js shows in the header.
+        card = httpx.get(server.url + "/inbox/", cookies=cookie, headers={"HX-Request": "true"}, timeout=30)
+        assert card.status_code == 503 and card.headers["Content-Type"].startswith("text/plain")
+        assert card.text.startswith("Every database connection of this server is in use. Nothing was changed")
 
         # The lock goes: the waiting page is served, and the same request now succeeds.
         locker.rollback()
