@@ -245,6 +245,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = CONSOLE_MAX_PAYLOAD + 64 * 1024
 CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://127.0.0.1:8000")
 CONSOLE_WORKER_TOKEN = os.environ.get("CONSOLE_WORKER_TOKEN", "")
 CONSOLE_WORKSPACES = Path(os.environ.get("CONSOLE_WORKSPACES", VAR_DIR / "workspaces"))
+# The deployment's export area: the only directories (os.pathsep-separated) under which an organization's admin
+# may add export roots, and so the only places an export ever writes (tasks/export_roots.py).
+CONSOLE_EXPORTS = [
+    Path(p) for p in (os.environ.get("CONSOLE_EXPORTS") or str(VAR_DIR / "exports")).split(os.pathsep) if p.strip()
+]
+CONSOLE_EXPORT_ROOTS_MAX = 50
 CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)

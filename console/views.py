@@ -10,7 +10,7 @@ from django.http import Http404, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import agent_settings, cards
 from console.live import last_event_id
@@ -20,7 +20,7 @@ from recovery.fresh import task_start_over as start_over
 from recovery.models import RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_detail
-from tasks import accounts, services, throttles
+from tasks import accounts, export_roots, services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.models import Agent, Task
@@ -427,6 +427,54 @@ def settings_signin_unlock(request):
     else:
         messages.info(request, f"{username} was not locked (the lock may have lifted by itself).")
     return redirect("settings-signin")
+
+
+# --- export roots ------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def settings_exports(request):
+    """The organization's export roots (admin): where its tasks may export, with Add and Remove."""
+    membership = _settings_admin(request, "Export roots")
+    context = {"form_path": "", "form_reason": "", "error": ""}
+    status = 200
+    if request.method == "POST":
+        path, reason = request.POST.get("path", "").strip(), request.POST.get("reason", "").strip()
+        try:
+            root = export_roots.export_root_add(actor=request.user, org_id=membership.org_id, path=path, reason=reason)
+        except Invalid as exc:
+            # Kept as typed, with the refusal beside it.
+            context.update(form_path=path, form_reason=reason, error=exc.detail)
+            status = 400
+        else:
+            messages.success(request, f"Added {root.path}: tasks may now export under it.")
+            return redirect("settings-exports")
+    return _page(
+        request,
+        "console/settings_exports.html",
+        {
+            **context,
+            "roots": export_roots.export_roots(membership.org_id),
+            "area": export_roots.export_area(),
+            "org": membership.org,
+            "notes": [str(m) for m in messages.get_messages(request)],
+            "nav": "settings",
+        },
+        status=status,
+    )
+
+
+@login_required
+@require_POST
+def settings_exports_remove(request, root_id: int):
+    membership = _settings_admin(request, "Export roots")
+    try:
+        path = export_roots.export_root_remove(actor=request.user, org_id=membership.org_id, root_id=root_id)
+    except NotFound:
+        raise Http404("No such export root.") from None
+    messages.success(request, f"Removed {path}: no task exports under it from now on.")
+    return redirect("settings-exports")
 
 
 def _settings_page(request, membership, *, focus: str = "", section=None, status: int = 200):

@@ -26,7 +26,8 @@ from recovery.models import RecoveryAction
 from recovery.passes import default_label, supervisor_stopped
 from recovery.supervisor import supervise_once
 from tasks.accounts import agent_add, member_add, org_create, token_issue
-from tasks.models import Organization, Run, Task
+from tasks.export_roots import export_root_add
+from tasks.models import ExportRoot, Organization, Run, Task
 from tasks.services import run_request_stop, task_create, task_pause
 
 log = logging.getLogger("recovery.demo")
@@ -68,6 +69,7 @@ class EmbeddedServer:
             "CONSOLE_HEARTBEAT_SECONDS": "1",
             "CONSOLE_URL": self.url,
             "CONSOLE_WORKSPACES": str(settings.CONSOLE_WORKSPACES),
+            "CONSOLE_EXPORTS": os.pathsep.join(str(p) for p in settings.CONSOLE_EXPORTS),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "CONSOLE_HTTPS": "0",  # a private server on the loopback
         }
@@ -148,7 +150,17 @@ def seed(*, stdout=None, credentials: Path | None = None) -> dict:
     return passwords
 
 
-def workspace_scenarios(make, work, settle, say) -> dict:
+def _export_root(org: Organization) -> Path:
+    """The demo organization's export root, in this server's export area, added by its admin as a person would."""
+    path = Path(os.path.realpath(settings.CONSOLE_EXPORTS[0])) / org.slug
+    root = ExportRoot.objects.filter(org=org, path=str(path)).first()
+    if root is None:
+        admin = get_user_model().objects.get(username="admin")
+        export_root_add(actor=admin, org_id=org.pk, path=str(path), reason="the demo's release bundles")
+    return path
+
+
+def workspace_scenarios(make, work, settle, say, *, exports: Path) -> dict:
     """A workspace that diverged after a crash, and an export that failed: each waits for an admin's repair."""
     task = make(
         "Draft the changelog",
@@ -172,8 +184,7 @@ def workspace_scenarios(make, work, settle, say) -> dict:
     )
     diverged = task
 
-    blocker = Path(settings.VAR_DIR) / "demo-exports" / f"release-{secrets.token_hex(3)}"
-    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker = exports / f"release-{secrets.token_hex(3)}"  # under the organization's export root
     blocker.write_text("A file where the export directory should be: remove it, then Retry export.\n")
     task = make(
         "Publish the release bundle",
@@ -310,7 +321,7 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
         say(task, "stopped by a person, paused, a follow-up waits")
 
         # Before the retry below queues a run that the live worker is left to pick up.
-        workspace_scenarios(make, work, settle, say)
+        workspace_scenarios(make, work, settle, say, exports=_export_root(org))
 
         task = make(
             "Sync the CRM export",

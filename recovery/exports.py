@@ -20,8 +20,9 @@ from django.db.models import Exists, OuterRef, Subquery
 
 from recovery.models import ActionKind, Export, HeldCopy
 from tasks.events import event_append
+from tasks.export_roots import destination_refusal
 from tasks.models import Run, RunStatus, Task
-from tasks.workspace import copy_file, destination_problem, file_entry, make_fresh_dir, scan
+from tasks.workspace import copy_file, file_entry, make_fresh_dir, scan
 
 EXPORT_FAILED = "export_failed"
 
@@ -42,7 +43,7 @@ def copy_workspace(task: Task, dest: str) -> dict:
 
     Raises ExportError (with the result so far) on the first file it cannot copy.
     """
-    problem = destination_problem(dest)
+    refusal = destination_refusal(task.org_id, dest, exporting=True)
     result = {
         "destination": dest,
         "workspace": task.workspace,
@@ -52,8 +53,9 @@ def copy_workspace(task: Task, dest: str) -> dict:
         "kept": [],
         "skipped": [],
     }
-    if problem:
-        raise ExportError(problem, result)
+    if refusal:
+        result["refused"] = refusal[0]
+        raise ExportError(refusal[1], result)
     files = scan(task.workspace, with_hash=True)
     result["checked"] = len(files)
     held: Path | None = None

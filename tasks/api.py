@@ -11,11 +11,12 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks import schemas, services
+from tasks import export_roots, schemas, services
 from tasks.auth import IsPerson, IsWorker
-from tasks.errors import IdempotencyConflict, Invalid, PayloadTooLarge, ServiceError
-from tasks.models import IdempotencyRecord, Message, Run, Step, Worker
-from tasks.selectors import visible_events
+from tasks.authz import require_role
+from tasks.errors import IdempotencyConflict, Invalid, NotFound, PayloadTooLarge, ServiceError
+from tasks.models import IdempotencyRecord, Message, Role, Run, Step, Worker
+from tasks.selectors import memberships_of, visible_events
 
 # --- conventions -------------------------------------------------------------
 
@@ -418,3 +419,87 @@ class EventListView(BaseAPIView):
         events = events[:limit]
         cursor = events[-1].pk if more else None
         return Response(paginate(request, [event_data(e) for e in events], cursor_param="after", cursor_value=cursor))
+
+
+# --- export roots (admin) ----------------------------------------------------
+
+
+def _admin_org(request) -> int:
+    """The organization an admin's export-root call acts on: `org` (a slug) or the person's first membership."""
+    slug = request.query_params.get("org") or (request.data.get("org") if isinstance(request.data, dict) else None)
+    ms = memberships_of(request.user)
+    m = next((m for m in ms if m.org.slug == slug), None) if slug else (ms[0] if ms else None)
+    if m is None:
+        raise NotFound("No such organization.")
+    return m.org_id
+
+
+class ExportRootOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    path = serializers.CharField()
+    added_by = serializers.CharField()
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class ExportRootPageOut(serializers.Serializer):
+    results = ExportRootOut(many=True)
+    next = serializers.CharField(allow_null=True)
+    area = serializers.ListField(child=serializers.CharField())
+
+
+def _root_data(root) -> dict:
+    return {
+        "id": root.pk,
+        "path": root.path,
+        "added_by": root.added_by,
+        "reason": root.reason,
+        "created_at": iso(root.created_at),
+    }
+
+
+class ExportRootListView(BaseAPIView):
+    """`GET` the organization's export roots; `POST {"path", "reason"?}` adds one (admin)."""
+
+    permission_classes = [IsPerson]
+
+    class ExportRootInputSerializer(serializers.Serializer):
+        path = serializers.CharField(max_length=1000)
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+        org = serializers.SlugField(required=False)
+
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=ExportRootPageOut)
+    def get(self, request):
+        org_id = _admin_org(request)
+        require_role(request.user, org_id, Role.ADMIN)
+        roots = [_root_data(r) for r in export_roots.export_roots(org_id)]
+        return Response({"results": roots, "next": None, "area": export_roots.export_area()})
+
+    @extend_schema(request=ExportRootInputSerializer, responses={201: ExportRootOut})
+    def post(self, request):
+        org_id = _admin_org(request)
+        data = self.ExportRootInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            root = export_roots.export_root_add(actor=request.user, org_id=org_id, path=v["path"], reason=v["reason"])
+            return Response(_root_data(root), status=status.HTTP_201_CREATED)
+
+        return idempotent(request, handle)
+
+
+class ExportRootDetailView(BaseAPIView):
+    """`DELETE` removes an export root (admin): tasks exporting under it are refused from the next export on."""
+
+    permission_classes = [IsPerson]
+
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses={204: None})
+    def delete(self, request, root_id: int):
+        org_id = _admin_org(request)
+
+        def handle():
+            export_roots.export_root_remove(actor=request.user, org_id=org_id, root_id=root_id)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+
+        return idempotent(request, handle)

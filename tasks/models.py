@@ -467,3 +467,25 @@ class WorkspaceFile(models.Model):
 
     def __str__(self):
         return f"{self.path} of task #{self.task_id}"
+
+
+class ExportRoot(models.Model):
+    """A directory under which an organization's tasks may export (DESIGN §9), chosen by one of its admins.
+
+    An organization has none until an admin adds one, so by default no task may export anywhere. Every root lies
+    inside the deployment's export area (`CONSOLE_EXPORTS`) and never overlaps another organization's root
+    (tasks/export_roots.py checks both when a root is added and again at every export).
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="export_roots")
+    path = models.CharField(max_length=1000)
+    added_by = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["org_id", "path"]
+        constraints = [models.UniqueConstraint(fields=["path"], name="export_root_path_unique")]
+
+    def __str__(self):
+        return f"{self.path} ({self.org})"

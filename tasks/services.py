@@ -18,6 +18,7 @@ from tasks import checkpoints, lifecycle, payloads
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import actor_name, event_append
+from tasks.export_roots import destination_refusal
 from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
@@ -40,7 +41,6 @@ from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
     clean_relpath,
-    destination_problem,
     make_fresh_dir,
     manifest_record,
     step_paths,
@@ -141,8 +141,8 @@ def task_create(
             raise NotFound(f"No task #{parent}.", field="parent")
     if budget_limit is not None and (not isinstance(budget_limit, int) or not 0 <= budget_limit <= BUDGET_MAX):
         raise Invalid(f"`budget_limit` must be an integer from 0 to {BUDGET_MAX}.", field="budget_limit")
-    if export_destination and (problem := destination_problem(export_destination, exporting=False)):
-        raise Invalid(problem, field="export_destination")
+    if export_destination and (refusal := destination_refusal(org.pk, export_destination, exporting=False)):
+        raise Invalid(refusal[1], field="export_destination", reason=refusal[0])
     task = Task.objects.create(
         org=org,
         title=title[:300],

@@ -47,6 +47,17 @@ def other_org(db):
 
 
 @pytest.fixture
+def export_root(org, settings, tmp_path):
+    """The test's own directory as the server's export area and as an export root of acme, so its tasks may
+    export anywhere under it (by default an organization has no export root and exports nowhere)."""
+    from tasks.models import ExportRoot
+
+    settings.CONSOLE_EXPORTS = [tmp_path]
+    ExportRoot.objects.create(org=org, path=str(tmp_path), added_by="test")
+    return tmp_path
+
+
+@pytest.fixture
 def agent(org):
     return make_agent(org, "builder")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from axes.models import AccessAttempt
+from django.test import override_settings
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
@@ -112,7 +113,7 @@ def workspace_scenario(org, admin):
     from recovery.models import RecoveryAction
     from recovery.repairs import action_repair
     from recovery.supervisor import supervise_once
-    from tasks.models import Task
+    from tasks.models import ExportRoot, Task
     from tests.recovery import engine as e
     from tests.recovery.workdisk import crash_at, edit_by_hand, finish_all, validation_action
 
@@ -135,8 +136,10 @@ def workspace_scenario(org, admin):
     blocker.write_text("in the way")
     task = e.start(org, [("file_write", {"path": "index.html", "content": "<h1>1.4</h1>\n"})], title="Publish")
     Task.objects.filter(pk=task.pk).update(export_destination=str(blocker / "site"))
+    ExportRoot.objects.create(org=org, path=str(blocker.parent), added_by="ada")
     finish_all(e.first_run(task))
-    supervise_once()
+    with override_settings(CONSOLE_EXPORTS=[blocker.parent]):
+        supervise_once()
     return made[0], RecoveryAction.objects.get(task=task, kind="workspace_export"), held
 
 
@@ -200,6 +203,8 @@ PAGES: list[Visit] = [
     Visit("tool settings refused", "/settings/tools/", roles=("viewer", "operator"), status=403),
     Visit("sign-in locks, a member locked", "/settings/sign-in/", roles=("admin",)),
     Visit("sign-in locks refused", "/settings/sign-in/", roles=("viewer", "operator"), status=403),
+    Visit("export roots", "/settings/exports/", roles=("admin",)),
+    Visit("export roots refused", "/settings/exports/", roles=("viewer", "operator"), status=403),
 ]
 
 

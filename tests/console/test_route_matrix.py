@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from recovery.bulk import bulk_preview
 from recovery.models import SavedView
-from tasks.models import Step
+from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
 
@@ -81,6 +81,9 @@ TABLE: dict[str, Row] = {
     "settings-agent": Row("POST", "page", expect(302, 403, 403, 200, 200, 403, 403), ("agent",),
                           {"tool_mode_bash": "notify", "reason": "matrix"}),
     "settings-signin": Row("GET", "page", expect(302, 403, 403, 200, 200, 403, 403)),
+    # Export roots are their own organization's: globex's admin reads globex's, and cannot remove acme's (404).
+    "settings-exports": Row("GET", "page", expect(302, 403, 403, 200, 200, 403, 403)),
+    "settings-exports-remove": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), ("root_id",)),
     "settings-signin-unlock": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), (),
                                   {"username": "olive"}, note="olive is no member of the other organization: 404"),
     "task-pause": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
@@ -168,6 +171,8 @@ TABLE: dict[str, Row] = {
     "api-bulk-cancel": Row("POST", "api", expect(401, 403, 200, 200, 404, 200, 403), ("op_id",)),
     "api-bulk-retry-failed": Row("POST", "api", expect(401, 403, 409, 409, 404, 409, 403), ("op_id",)),
     "api-workers": Row("GET", "api", API_LIST),
+    "api-export-roots": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
+    "api-export-root": Row("DELETE", "api", expect(401, 403, 403, 204, 404, 403, 403), ("root_id",)),
     "api-health": Row("GET", "api", API_LIST),
     "api-schema": Row("GET", "api", expect(200, 200, 200, 200, 200, 200, 200), note="public: it describes the API"),
     # --- runner API: worker tokens only; people are 403; another organization's worker holds nothing (409) -------
@@ -251,6 +256,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     # olive's preview of a bulk pause over the organization's task, and olive's saved view of the board.
     op = bulk_preview(user=operator, action="pause", ids=[action.task_id])
     view = SavedView.objects.create(user=operator, org=org, name="olive's view", params={"state": "all"})
+    root = ExportRoot.objects.create(org=org, path="/srv/exports/acme", added_by="ada")
 
     def ids(a):
         return {
@@ -262,6 +268,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "seq": seq,
             "op_id": op.pk,
             "view_id": view.pk,
+            "root_id": root.pk,
         }
 
     def session(user, *, csrf=False):
@@ -328,6 +335,8 @@ def call(scenario: Scenario, name: str, row: Row, principal: str):
     with transaction.atomic():
         if row.method == "GET":
             response = client.get(url)
+        elif row.method == "DELETE":
+            response = client.delete(url)
         elif row.kind in ("api", "runner"):
             response = client.post(url, body, format="json")
         else:

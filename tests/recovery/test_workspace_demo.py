@@ -12,7 +12,7 @@ from tests.factories import worker_token
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_demo_reaches_a_workspace_divergence_and_a_failed_export(org, agent):
+def test_the_demo_reaches_a_workspace_divergence_and_a_failed_export(org, agent, export_root):
     token = worker_token(org, "demo-worker")
     said = []
     with EmbeddedServer() as server:
@@ -26,7 +26,11 @@ def test_the_demo_reaches_a_workspace_divergence_and_a_failed_export(org, agent)
             return run
 
         made = workspace_scenarios(
-            make, lambda fault="": server.worker(token, fault=fault), settle, lambda t, w: said.append(w)
+            make,
+            lambda fault="": server.worker(token, fault=fault),
+            settle,
+            lambda t, w: said.append(w),
+            exports=export_root,
         )
     diverged = RecoveryAction.objects.get(task=made["diverged"], kind="workspace_validation", status="open")
     statuses = {f["path"]: f["status"] for f in diverged.evidence["files"]}

@@ -69,7 +69,9 @@ def test_a_hand_edit_after_a_crash_is_reconciled_and_a_real_worker_continues_on_
     assert (Path(task.workspace) / "draft.md").read_text() == read
 
 
-def test_an_export_that_fails_is_retried_by_an_admin_once_fixed(daphne_server, org, agent, admin_user, tmp_path):
+def test_an_export_that_fails_is_retried_by_an_admin_once_fixed(
+    daphne_server, org, agent, admin_user, tmp_path, export_root
+):
     token = worker_token(org)
     dest = tmp_path / "release"
     dest.write_text("a file in the way")

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from django.test import override_settings
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from recovery.models import HeldCopy, RecoveryAction
 from recovery.repairs import action_repair
 from recovery.supervisor import supervise_once
 from tasks.errors import NotEligible
-from tasks.models import Task
+from tasks.models import ExportRoot, Task
 from tests.factories import make_agent, make_org
 from tests.recovery import engine as e
 from tests.recovery.workdisk import contents, crash_at, finish_all
@@ -98,8 +99,10 @@ def test_no_repair_loses_content(files, edits, rewrite, repair, at_destination, 
         dest.write_bytes(b"in the way")  # the first export fails: a file where the directory goes
         task = e.start(org, steps[:-2])
         Task.objects.filter(pk=task.pk).update(export_destination=str(dest))
+        ExportRoot.objects.create(org=org, path=str(dest_parent), added_by="test")
         finish_all(e.first_run(task))
-        supervise_once()
+        with override_settings(CONSOLE_EXPORTS=[dest_parent]):
+            supervise_once()
         action = RecoveryAction.objects.get(task=task, kind="workspace_export")
         task.refresh_from_db()
         _apply(Path(task.workspace), edits, outside)
@@ -109,7 +112,8 @@ def test_no_repair_loses_content(files, edits, rewrite, repair, at_destination, 
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             (dest / rel).write_bytes(data)
         before = set(contents(task.workspace).values()) | set(contents(dest).values())
-        done = action_repair(action_id=action.pk, user=admin, version=action.version, repair="retry_export")
+        with override_settings(CONSOLE_EXPORTS=[dest_parent]):
+            done = action_repair(action_id=action.pk, user=admin, version=action.version, repair="retry_export")
         event(f"retry_export: {done.status}")
         task.refresh_from_db()
         assert before <= _everything(task, dest)

@@ -312,7 +312,7 @@ def test_a_continue_now_that_finds_a_changed_workspace_is_refused_and_the_eviden
 
 
 def test_an_export_to_an_unwritable_destination_opens_an_action_and_retry_export_copies_once_fixed(
-    org, agent, admin_api, tmp_path
+    org, agent, admin_api, tmp_path, export_root
 ):
     blocker = tmp_path / "exports"
     blocker.write_text("a file where the destination directory should be")
@@ -360,7 +360,7 @@ def export_card(task, action) -> str:
     return visible_text(outer_html(client.get(f"/tasks/{task.pk}/").text, f"action-{action.pk}"))
 
 
-def test_an_export_keeps_destination_files_it_replaces_and_never_follows_links(org, agent, tmp_path):
+def test_an_export_keeps_destination_files_it_replaces_and_never_follows_links(org, agent, tmp_path, export_root):
     dest = tmp_path / "out"
     dest.mkdir()
     (dest / "a.txt").write_text("older, someone's")
@@ -385,7 +385,7 @@ def test_an_export_keeps_destination_files_it_replaces_and_never_follows_links(o
     assert not (dest / "escape").exists()
 
 
-def test_an_export_destination_through_a_symlink_or_relative_is_refused(org, agent, tmp_path):
+def test_an_export_destination_through_a_symlink_or_relative_is_refused(org, agent, tmp_path, export_root):
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "via").symlink_to(real)
@@ -566,7 +566,9 @@ def test_a_new_task_never_reuses_a_leftover_directory(org, agent, settings):
     assert os.listdir(second.workspace) == [] and (leftover / "stale.txt").exists()
 
 
-def test_an_unsafe_export_destination_is_refused_when_the_task_is_created(org, agent, api, tmp_path, settings):
+def test_an_unsafe_export_destination_is_refused_when_the_task_is_created(
+    org, agent, api, tmp_path, settings, export_root
+):
     (tmp_path / "via").symlink_to(tmp_path)
     inside = str(Path(settings.CONSOLE_WORKSPACES).resolve() / "acme" / "x")
     for dest in ("relative/out", "/tmp/../etc", str(tmp_path / "via" / "out"), inside, "/tmp/a\x00b"):
