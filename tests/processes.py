@@ -1,6 +1,7 @@
 """Real processes for tests: a daphne server on the test database, workers, supervisors."""
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -51,8 +52,35 @@ def child_env(**extra) -> dict:
     return env
 
 
+# Options of the Procfile's web line that belong to the caller, not to how daphne serves.
+PLACE_OPTIONS = {"-b", "--bind", "-p", "--port", "--access-log"}
+
+
+def web_options() -> list[str]:
+    """The daphne options of the Procfile's web process (its handshake and ping limits) without its address,
+    port and access log: test servers and the bench serve sockets as the deployed process does."""
+    line = next(x for x in (ROOT / "Procfile").read_text().splitlines() if x.startswith("web:"))
+    words = shlex.split(line.partition(":")[2])
+    words = words[words.index("daphne") + 1 : -1]  # between the program and the application
+    options = []
+    while words:
+        word = words.pop(0)
+        if word in PLACE_OPTIONS:
+            words.pop(0)
+        else:
+            options.append(word)
+    return options
+
+
+def connect_timeout() -> float:
+    """Seconds daphne gives the application to accept a websocket handshake (the Procfile's, else daphne's 5)."""
+    options = web_options()
+    flag = "--websocket_connect_timeout"
+    return float(options[options.index(flag) + 1]) if flag in options else 5.0
+
+
 class Server:
-    """`daphne console.asgi:application` as a subprocess, polled until it answers."""
+    """`daphne console.asgi:application` with the Procfile's options, as a subprocess, polled until it answers."""
 
     def __init__(self, *, port: int | None = None, log: Path | None = None, **env):
         self.port = port or free_port()
@@ -65,7 +93,17 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                *web_options(),
+                "console.asgi:application",
+            ],
             cwd=ROOT,
             env=child_env(**self.env),
             stdout=self._log,
