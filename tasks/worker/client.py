@@ -35,6 +35,7 @@ log = logging.getLogger("tasks.worker")
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # the server refuses a larger step result with 413
 RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a restarting server; the database out of reach
 MAX_PAUSE = 5.0  # the longest wait between two tries (unless the server's Retry-After asks for more)
+MAX_RETRY_AFTER = 30.0  # a Retry-After is honoured up to this (a proxy's "come back in an hour" is not)
 
 
 class RunnerError(Exception):
@@ -231,7 +232,7 @@ class RunnerClient:
             return None
         pause = min(self.backoff * 2 ** (attempt - 1), MAX_PAUSE)
         if retry_after and retry_after.strip().isdigit():
-            pause = max(pause, float(retry_after))
+            pause = max(pause, min(float(retry_after), MAX_RETRY_AFTER))
         if self.window is None:
             return pause if attempt <= self.retries else None
         left = self.window()
