@@ -116,10 +116,11 @@ TEMPLATES = [
 
 # The embedded default is a SQLite file shared by web, worker and supervisor:
 # WAL plus IMMEDIATE transactions make writers queue instead of failing.
+# CONSOLE_SQLITE_TIMEOUT is how long a writer waits for SQLite's one write lock before "database is locked".
 SQLITE_OPTIONS = {
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
+    "timeout": float(os.environ.get("CONSOLE_SQLITE_TIMEOUT") or 30),
 }
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'console.sqlite3'}"

@@ -116,3 +116,4 @@ urlpatterns = [
 
 handler403 = views.forbidden
 handler404 = "tasks.errors.not_found"
+handler500 = "console.middleware.server_error"

@@ -55,7 +55,7 @@ from tasks.errors import (
 )
 from tasks.events import event_append
 from tasks.models import Role, Task
-from tasks.selectors import primary_membership, visible_tasks
+from tasks.selectors import memberships_forget, primary_membership, visible_tasks
 from tasks.services import actor_label
 from tasks.transitions import Event
 
@@ -360,7 +360,7 @@ def bulk_advance(*, budget: float = 2.0, batch: int | None = None) -> int:
 
 
 def _actor(op: BulkOperation):
-    """The person the items act for, with memberships read now (a role lost midway is seen at once)."""
+    """The person the items act for; each item reads their memberships again (`_item`)."""
     user = get_user_model().objects.filter(pk=op.actor_id).first() if op.actor_id else None
     return user or AnonymousUser()
 
@@ -397,6 +397,9 @@ def _item(op: BulkOperation, item_id: int, user) -> int:
                 return 0
             if BulkOperation.objects.filter(pk=op.pk).values_list("status", flat=True).first() != BulkStatus.RUNNING:
                 return STOP  # cancelled meanwhile: the cancel skips what is left
+            # The role is read again for every item, in its transaction: a role lost midway is seen at once,
+            # not at the next batch.
+            memberships_forget(user)
             _record(op, item, _apply(op, item, user), user)
             return 1
     except Exception as exc:  # the item's own transaction failed (a database error outside a service)

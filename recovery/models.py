@@ -158,6 +158,8 @@ class SupervisorProcess(models.Model):
     duration_sum = models.FloatField(default=0.0)
     # Cumulative counts of passes per histogram bucket (upper bound in seconds -> count).
     buckets = models.JSONField(default=dict)
+    # Cumulative counts of duties that failed (duty name -> count): a pass survives a failing duty and goes on.
+    errors = models.JSONField(default=dict)
 
     class Meta:
         indexes = [models.Index(fields=["-last_pass_at"], name="supervisor_last_pass")]

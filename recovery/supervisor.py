@@ -7,10 +7,11 @@ nothing more than one pass would.
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -23,7 +24,7 @@ from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
 from recovery.models import ActionKind, ActionStatus, RecoveryAction
 from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
-from recovery.retention import checkpoints_purge, retention
+from recovery.retention import checkpoints_purge, idempotency_purge, retention
 from recovery.selectors import admission_facts, diagnose
 from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, NotEligible
@@ -44,6 +45,9 @@ class PassReport:
     admitted: list[int] = field(default_factory=list)
     purged: list[int] = field(default_factory=list)
     exported: list[int] = field(default_factory=list)
+    forgotten: int = 0  # idempotency records purged
+    # Duties that failed in this pass (name -> count): logged and counted, never fatal.
+    failed: Counter = field(default_factory=Counter)
 
     def __bool__(self):
         return bool(
@@ -169,38 +173,135 @@ def recover_run(run: Run) -> tuple[str, int] | None:
 
 def supervise_once(*, label: str = "", interval: float | None = None) -> PassReport:
     """Expire lapsed leases, recover what they left, settle actions, admit follow-ups, export what succeeded,
-    purge expired checkpoints.
+    purge expired checkpoints and idempotency records.
 
-    Each pass is counted for the supervisor process `label` (recovery/passes.py).
+    Never raises for a failing duty (see `_duty`). Each pass is counted for the supervisor process `label`
+    (recovery/passes.py), with the duties that failed in it.
     """
+    label = label or default_label()
     started_at, clock = timezone.now(), time.monotonic()
     report = _pass()
     interval = float(settings.CONSOLE_SUPERVISE_SECONDS if interval is None else interval)
-    pass_record(
-        label=label or default_label(),
-        interval=interval,
-        started_at=started_at,
-        duration=time.monotonic() - clock,
-        report=report,
-    )
+    failed = _unrecorded.setdefault(label, Counter())
+    failed.update(report.failed)
+    recorded = Counter(failed)
+    with _duty("pass_record", PassReport()) as ok:
+        pass_record(
+            label=label,
+            interval=interval,
+            started_at=started_at,
+            duration=time.monotonic() - clock,
+            report=report,
+            failed=recorded,
+        )
+    if ok:
+        failed.subtract(recorded)  # counted now; a count that could not be written is added to the next pass's
+    else:
+        failed["pass_record"] += 1
     return report
+
+
+# Failed duties of each supervisor process not yet written to its row (the write itself may be what failed).
+_unrecorded: dict[str, Counter] = {}
+# The last failure of each duty, so a failure repeated pass after pass logs its traceback once.
+_last_failure: dict[str, str] = {}
+
+
+def duty_failed(*, label: str, duty: str) -> None:
+    """A duty the supervisor process `label` runs outside its pass (bulk operations) failed: counted with the
+    pass's own failures at the next pass, after its connection is made fresh."""
+    _unrecorded.setdefault(label or default_label(), Counter())[duty] += 1
+    _fresh_connection()
+
+
+class _duty:
+    """Runs one duty of a pass; any error in it is logged, counted in `report.failed` and swallowed.
+
+    Duties are independent and idempotent (each settles its own rows with its own transactions), so one that
+    fails — "database is locked", a lock or statement timeout, a connection the database dropped, a bug —
+    costs only itself: the pass goes on with the others and the next pass tries it again.
+    """
+
+    def __init__(self, name: str, report: PassReport):
+        self.name, self.report, self.ok = name, report, True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        self.ok = False
+        self.report.failed[self.name] += 1
+        described = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "supervisor duty %s failed (%s); the pass goes on, the next pass tries it again",
+            self.name,
+            described,
+            exc_info=_last_failure.get(self.name) != described,
+        )
+        _last_failure[self.name] = described
+        _fresh_connection()
+        return True
+
+    def __bool__(self):
+        return self.ok
+
+
+def _fresh_connection() -> None:
+    """After a failure the connection may be broken (dropped by the database, or in a failed transaction):
+    close it, so the next duty opens (or takes from the pool) a working one."""
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except Exception:  # closing a connection the database already dropped
+        log.debug("closing the failed connection", exc_info=True)
+
+
+def _connection_lost(exc: Exception) -> bool:
+    """A failure every run would meet alike (the database is locked, gone, or timing out): stop trying runs."""
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def _recover(report: PassReport) -> None:
+    for run in runs_awaiting_recovery()[:200]:
+        try:
+            outcome = recover_run(run)
+        except Exception as exc:
+            if _connection_lost(exc):
+                raise
+            # One run whose recovery fails (a bug, bad data) must not hold back the others behind it.
+            log.exception("supervisor: recovering run #%s failed; the others go on", run.pk)
+            report.failed["recover"] += 1
+            _fresh_connection()
+            continue
+        if outcome is not None:
+            (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
 
 
 def _pass() -> PassReport:
     report = PassReport()
-    for run in leases_expire():
-        (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
-    for run in runs_awaiting_recovery()[:200]:
-        outcome = recover_run(run)
-        if outcome is not None:
-            (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
-    report.settled = actions_settle()
-    report.admitted = messages_admit()
-    report.purged = checkpoints_purge()
+    with _duty("leases_expire", report):
+        for run in leases_expire():
+            (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
+    with _duty("recover", report):
+        _recover(report)
+    with _duty("actions_settle", report):
+        report.settled = actions_settle()
+    with _duty("messages_admit", report):
+        report.admitted = messages_admit()
+    with _duty("checkpoints_purge", report):
+        report.purged = checkpoints_purge()
+    with _duty("idempotency_purge", report):
+        report.forgotten = idempotency_purge()
     now = timezone.now()
-    instances_prune(before=now - retention())
-    passes_prune(before=now - PASS_HISTORY)
-    report.exported = exports_run()
+    with _duty("instances_prune", report):
+        instances_prune(before=now - retention())
+    with _duty("passes_prune", report):
+        passes_prune(before=now - PASS_HISTORY)
+    with _duty("exports_run", report):
+        report.exported = exports_run()
     if report:
         log.info("supervisor pass: %s", report)
     return report

@@ -46,7 +46,15 @@ def _fingerprint(request) -> str:
 MAX_IDEMPOTENCY_KEY = IdempotencyRecord._meta.get_field("key").max_length
 
 
-def idempotent(request, handler) -> Response:
+def _run_of(request, response, run_of) -> int | None:
+    kwargs = (getattr(request, "parser_context", None) or {}).get("kwargs") or {}
+    run_id = kwargs.get("run_id")
+    if run_id is None and run_of is not None and isinstance(response.data, dict):
+        run_id = run_of(response.data)
+    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
+
+
+def idempotent(request, handler, *, run_of=None) -> Response:
     """Run `handler` once per Idempotency-Key.
 
     The same key and body returns the first (successful) response again and
@@ -54,6 +62,10 @@ def idempotent(request, handler) -> Response:
     written in the same transaction as the effect, so two concurrent requests
     with one key cannot both take effect: the loser's transaction rolls back
     on the unique key and it answers with the winner's response.
+
+    The record names the run its response is about — the path's `run_id`, or
+    `run_of(response data)` (a claim) — so purging that run's checkpoint
+    purges the record too (recovery/retention.py).
     """
     key = request.headers.get("Idempotency-Key")
     if not key:
@@ -89,6 +101,7 @@ def idempotent(request, handler) -> Response:
                     fingerprint=fingerprint,
                     status_code=response.status_code,
                     response=response.data,
+                    run_id=_run_of(request, response, run_of),
                 )
             return response
     except IntegrityError:
@@ -214,7 +227,7 @@ class ClaimView(RunnerView):
                 return Response(status=status.HTTP_204_NO_CONTENT)
             return Response(claim_data(run))
 
-        return idempotent(request, handle)
+        return idempotent(request, handle, run_of=lambda data: data.get("run"))
 
 
 class HeartbeatView(RunnerView):

@@ -387,7 +387,12 @@ class Event(models.Model):
 
 
 class IdempotencyRecord(models.Model):
-    """The first response to a mutation carrying an Idempotency-Key."""
+    """The first response to a mutation carrying an Idempotency-Key.
+
+    A response may hold what retention purges (a claim's saved results and follow-ups, a run's steps), so
+    records expire with the checkpoint retention (recovery/retention.py), and the records of a run go when its
+    checkpoint is purged, whichever comes first.
+    """
 
     principal = models.CharField(max_length=200)
     key = models.CharField(max_length=200)
@@ -395,9 +400,12 @@ class IdempotencyRecord(models.Model):
     status_code = models.PositiveSmallIntegerField()
     response = models.JSONField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The run the response is about (a runner write, a claim, a stop), whose purge takes the record with it.
+    run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["principal", "key"], name="idempotency_key_unique")]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
 
 
 class WorkerInstance(models.Model):

@@ -7,6 +7,7 @@ from tasks.models import Event, Membership, Role, Run, Task, TaskStatus, Worker
 
 
 def memberships_of(user) -> list[Membership]:
+    """The user's memberships, read once per user object (a request's); `memberships_forget` reads them again."""
     if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, Worker):
         return []
     cached = getattr(user, "_console_memberships", None)
@@ -14,6 +15,13 @@ def memberships_of(user) -> list[Membership]:
         cached = list(Membership.objects.filter(user=user).select_related("org").order_by("id"))
         user._console_memberships = cached
     return cached
+
+
+def memberships_forget(user) -> None:
+    """The next role or visibility check reads the user's memberships from the database again: a long operation
+    acting for a person (a bulk operation, item after item) sees a role lost midway at its next step."""
+    if user is not None:
+        user.__dict__.pop("_console_memberships", None)
 
 
 def membership_in(user, org_id: int) -> Membership | None:

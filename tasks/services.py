@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from tasks import checkpoints, lifecycle, payloads
 from tasks.authz import require_role
-from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
+from tasks.errors import IdempotencyConflict, Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
 from tasks.events import actor_name, event_append
 from tasks.export_roots import destination_refusal
 from tasks.holds import task_hold
@@ -70,6 +70,11 @@ def _stored(value, what: str):
         raise Invalid(f"The {what} cannot be saved: {exc}.") from None
     _check_payload(value, what)
     return value
+
+
+def _canonical(value) -> str:
+    """One spelling of a stored value, to tell two outcomes apart exactly (`true` is not `1`, `1.0` not `1`)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _fast_stored(value):
@@ -655,24 +660,27 @@ def _step_complete(
     run, task = step.run, step.run.task
     reported = _reported_files(files)
     phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
-    if step.phase == phase and step.dispatch_epoch == epoch:
-        return step, run.status == RunStatus.STOPPING
-    if step.phase != StepPhase.DISPATCHED:
-        raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
     if usage is None:
         usage = 1
     if not isinstance(usage, int) or isinstance(usage, bool) or not 0 <= usage <= MAX_USAGE:
         raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
     result = _stored(result, "step result")
     error = "" if error is None else payloads.readable(str(error))[:10_000]
+    outcome = {"phase": phase, "result": None if result_too_large else result, "error": error, "usage": usage}
+    if step.phase in (StepPhase.COMPLETED, StepPhase.FAILED) and step.dispatch_epoch == epoch:
+        # A repeat (a retry whose first answer was lost, without its Idempotency-Key): one outcome per step.
+        if _canonical(outcome) == _canonical({name: getattr(step, name) for name in outcome}):
+            return step, run.status == RunStatus.STOPPING
+        raise IdempotencyConflict(
+            f"Step {seq} was already {step.phase} with another outcome; the saved one stands and this one was "
+            "not recorded.",
+            seq=seq,
+            phase=step.phase,
+        )
+    if step.phase != StepPhase.DISPATCHED:
+        raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
     now = timezone.now()
-    done = {
-        "phase": phase,
-        "result": None if result_too_large else result,
-        "error": error,
-        "usage": usage,
-        "completed_at": now,
-    }
+    done = {**outcome, "completed_at": now}
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
     if Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(**done) != 1:
         raise NotEligible(f"Step {seq} changed while being completed.")

@@ -100,6 +100,13 @@ class Heartbeat:
         self.lost.set()
         self.cancel.set()
 
+    def lease_left(self) -> float:
+        """Seconds until the lease lapses unless renewed again (as measured here, never later than the server's);
+        0 once it is known lost. A write to the run is worth retrying only this long."""
+        if self.lost.is_set():
+            return 0.0
+        return self._deadline - time.monotonic()
+
     @property
     def lease_gone(self) -> bool:
         """True once the lease is known stale, or was not renewed for a whole lease period."""
@@ -553,9 +560,17 @@ def execute_run(
         log.info("run %s: follow-up message: %s", claim.get("run"), _short(body))
     heartbeat = Heartbeat(client, claim["run"], claim["lease_epoch"], interval=interval, lease_seconds=lease_seconds)
     heartbeat.start()
+    abandon = abandon if abandon is not None else threading.Event()
+
+    def lease_left() -> float:
+        # The run's writes are retried while its lease is live (a web restart, a short database outage), not a
+        # fixed ~7.5 s: giving up leaves a dispatched step, and a notify step becomes a decision for a person.
+        # A shutdown whose drain time ran out stops them at once.
+        return 0.0 if abandon.is_set() else heartbeat.lease_left()
+
     try:
         return RunExecutor(
-            client, claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown, abandon=abandon
+            client.within(lease_left), claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown, abandon=abandon
         ).execute()
     finally:
         heartbeat.halt()

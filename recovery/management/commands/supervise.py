@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand
 
 from recovery.bulk import bulk_advance
 from recovery.passes import default_label, supervisor_stopped
-from recovery.supervisor import supervise_once
+from recovery.supervisor import duty_failed, supervise_once
 
 # Between passes the loop looks for started bulk operations this often, and works on them for at most
 # BULK_BUDGET seconds at a time, so a pass is never held up for long and an operation starts within a tick.
@@ -17,12 +17,13 @@ BULK_BUDGET = 2.0
 log = logging.getLogger("recovery.supervisor")
 
 
-def bulk_turn(budget: float) -> None:
+def bulk_turn(budget: float, label: str) -> None:
     """Work on started bulk operations; a failure there never stops the supervisor's own passes."""
     try:
         bulk_advance(budget=budget)
     except Exception:
         log.exception("bulk operations: this turn failed; the next one picks up where it stopped")
+        duty_failed(label=label, duty="bulk")
 
 
 class Command(BaseCommand):
@@ -38,7 +39,7 @@ class Command(BaseCommand):
         interval = interval or settings.CONSOLE_SUPERVISE_SECONDS
         if once:
             report = supervise_once(label=label, interval=interval)
-            bulk_turn(BULK_BUDGET)
+            bulk_turn(BULK_BUDGET, label)
             self.stdout.write(str(report))
             return
         stopping = False
@@ -56,8 +57,11 @@ class Command(BaseCommand):
             next_bulk = 0.0
             while not stopping and time.monotonic() < deadline:
                 if time.monotonic() >= next_bulk:
-                    bulk_turn(min(BULK_BUDGET, max(0.0, deadline - time.monotonic())))
+                    bulk_turn(min(BULK_BUDGET, max(0.0, deadline - time.monotonic())), label)
                     next_bulk = time.monotonic() + BULK_EVERY
                 time.sleep(0.1)
-        supervisor_stopped(label=label)
+        try:
+            supervisor_stopped(label=label)
+        except Exception:  # the database is gone as we leave: the workers page will call it silent instead
+            log.exception("supervisor %s: could not record the stop", label)
         self.stdout.write(f"supervisor {label}: stopped")
