@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0011_event_notify_trigger'),
+        ('tasks', '0012_export_roots'),
     ]
 
     operations = [
