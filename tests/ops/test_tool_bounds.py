@@ -113,7 +113,7 @@ def test_a_command_printing_600_mb_keeps_one_mib_and_the_worker_stays_small(daph
     )
     proc = start_worker(daphne_server, worker_token(org))
     run = Run.objects.get(task=task)
-    wait_for(lambda: (s := step(run, 2)) is not None, timeout=120, what="the command's step completed")
+    wait_for(lambda: step(run, 2) is not None, timeout=120, what="the command's step completed")
     peak = _peak_rss_kib(proc.pid)
     out = finished(proc, 30)
     assert peak < 250_000, f"the worker's peak memory was {peak} KiB:\n{out}"
