@@ -98,9 +98,9 @@ def read_ahead_for(*tasks: Task, budget: Budget | None = None):
         if budget.spent:
             break  # the caller leaves what it could not read for later
         if task is not None and task.workspace and task.workspace not in found:
-            found[task.workspace] = read_ahead(
-                task.workspace, known=manifest_identities(task), budget=budget, keep_in=task.org.slug
-            )
+            ahead = read_ahead(task.workspace, known=manifest_identities(task), budget=budget, keep_in=task.org.slug)
+            if ahead.limit:  # a walk the budget did not allow is no reading: the block walks for itself
+                found[task.workspace] = ahead
     token = _AHEAD.set(found)
     try:
         yield budget

@@ -18,7 +18,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 DRAIN = 3.0
 
 
-def start_worker(server, token: str) -> subprocess.Popen:
+@pytest.fixture
+def started():
+    """Workers a test started; one still running at its end (a failed test) is killed."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def start_worker(server, token: str, started: list) -> subprocess.Popen:
     env = child_env(
         CONSOLE_URL=server.url,
         CONSOLE_WORKER_TOKEN=token,
@@ -26,7 +37,7 @@ def start_worker(server, token: str) -> subprocess.Popen:
         CONSOLE_LEASE_SECONDS=3,
         CONSOLE_WORKER_DRAIN_SECONDS=DRAIN,
     )
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--once", "--label", "bounds"],
         cwd=ROOT,
         env=env,
@@ -34,6 +45,8 @@ def start_worker(server, token: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    started.append(proc)
+    return proc
 
 
 def finished(proc: subprocess.Popen, timeout: float) -> str:
@@ -50,7 +63,7 @@ def step(run: Run, seq: int) -> Step | None:
     return Step.objects.filter(run=run, seq=seq).first()
 
 
-def test_a_file_write_to_a_fifo_fails_at_once_and_the_run_goes_on_to_its_end(daphne_server, org, agent):
+def test_a_file_write_to_a_fifo_fails_at_once_and_the_run_goes_on_to_its_end(daphne_server, org, agent, started):
     task = task_create(
         org=org,
         actor="t",
@@ -58,7 +71,7 @@ def test_a_file_write_to_a_fifo_fails_at_once_and_the_run_goes_on_to_its_end(dap
         agent="builder",
         input=plan(("bash", {"command": "mkfifo fifo"}), ("file_write", {"path": "fifo", "content": "x"})),
     )
-    proc = start_worker(daphne_server, worker_token(org))
+    proc = start_worker(daphne_server, worker_token(org), started)
     out = finished(proc, 30)
     run = Run.objects.get(task=task)
     written = step(run, 2)
@@ -68,7 +81,7 @@ def test_a_file_write_to_a_fifo_fails_at_once_and_the_run_goes_on_to_its_end(dap
     assert run.status == "failed" and run.error_code == "step_failed"
 
 
-def test_a_stop_ends_a_run_within_the_drain_time_whatever_its_tool_is_doing(daphne_server, org, agent):
+def test_a_stop_ends_a_run_within_the_drain_time_whatever_its_tool_is_doing(daphne_server, org, agent, started):
     task = task_create(
         org=org,
         actor="t",
@@ -76,7 +89,7 @@ def test_a_stop_ends_a_run_within_the_drain_time_whatever_its_tool_is_doing(daph
         agent="builder",
         input=plan(("bash", {"command": "sleep 300", "timeout": 600}), ("sleep", {"seconds": 0})),
     )
-    proc = start_worker(daphne_server, worker_token(org))
+    proc = start_worker(daphne_server, worker_token(org), started)
     run = Run.objects.get(task=task)
     wait_for(lambda: (s := step(run, 1)) is not None and s.phase == "dispatched", what="the bash dispatched")
     asked = time.monotonic()
@@ -102,7 +115,7 @@ def _peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def test_a_command_printing_600_mb_keeps_one_mib_and_the_worker_stays_small(daphne_server, org, agent):
+def test_a_command_printing_600_mb_keeps_one_mib_and_the_worker_stays_small(daphne_server, org, agent, started):
     total = 600_000_000
     task = task_create(
         org=org,
@@ -111,7 +124,7 @@ def test_a_command_printing_600_mb_keeps_one_mib_and_the_worker_stays_small(daph
         agent="builder",
         input=plan(("bash", {"command": f"yes | head -c {total}", "timeout": 120}), ("sleep", {"seconds": 3})),
     )
-    proc = start_worker(daphne_server, worker_token(org))
+    proc = start_worker(daphne_server, worker_token(org), started)
     run = Run.objects.get(task=task)
     wait_for(lambda: step(run, 2) is not None, timeout=120, what="the command's step completed")
     peak = _peak_rss_kib(proc.pid)
