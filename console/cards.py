@@ -153,6 +153,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "declared": row.declared,
                 "took": "" if row.declared else presenter.duration(s.dispatched_at, s.completed_at),
                 "mode": presenter.step_mode(s.recovery_mode, modes_now.get(s.pk)),
+                "files": presenter.step_files_note(s.workspace_notes),
             }
         )
     refused = next(

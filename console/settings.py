@@ -268,6 +268,12 @@ CONSOLE_WORKER_DRAIN_SECONDS = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECOND
 CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
 # Recorded workspace files up to this size keep their content (diffs, isolated reissue).
 CONSOLE_WORKSPACE_KEEP_BYTES = env_int("CONSOLE_WORKSPACE_KEEP_BYTES", 16 * 1024 * 1024)
+# A walk of a workspace takes at most this many entries (in path order); what lies beyond is neither recorded
+# nor taken as deleted. A file over HASH_MAX_BYTES is never read: it is recorded and compared by its size,
+# times and inode. A request or a supervisor pass reads at most HASH_BUDGET bytes of content in all.
+CONSOLE_WORKSPACE_MAX_ENTRIES = env_int("CONSOLE_WORKSPACE_MAX_ENTRIES", 100_000)
+CONSOLE_WORKSPACE_HASH_MAX_BYTES = env_int("CONSOLE_WORKSPACE_HASH_MAX_BYTES", 256 * 1024 * 1024)
+CONSOLE_WORKSPACE_HASH_BUDGET = env_int("CONSOLE_WORKSPACE_HASH_BUDGET", 1024 * 1024 * 1024)
 # Bulk operations: items the supervisor settles per batch (one progress event each), how long a preview
 # may be confirmed, and the most tasks one operation holds.
 CONSOLE_BULK_BATCH = env_int("CONSOLE_BULK_BATCH", 50)

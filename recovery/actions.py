@@ -245,11 +245,11 @@ def action_retry(
     gate_closed `workspace_hold`) when the workspace differs from its manifest —
     raised after the refused run and its workspace action were saved.
     """
-    return _after_commit(
-        _action_retry(
+    with workspaces.read_ahead_for_action(action_id, user):
+        done = _action_retry(
             action_id=action_id, user=user, version=version, accept_duplicate_risk=accept_duplicate_risk, reason=reason
         )
-    )
+    return _after_commit(done)
 
 
 @transaction.atomic
@@ -321,8 +321,8 @@ def action_decide(
     action stays open for a decision later. A continuation refused by workspace
     validation records no decision (`WorkspaceHeld`, after its evidence committed).
     """
-    return _after_commit(
-        _action_decide(
+    with workspaces.read_ahead_for_action(action_id, user):
+        done = _action_decide(
             action_id=action_id,
             user=user,
             version=version,
@@ -330,7 +330,7 @@ def action_decide(
             note=note,
             accept_duplicate_risk=accept_duplicate_risk,
         )
-    )
+    return _after_commit(done)
 
 
 @transaction.atomic

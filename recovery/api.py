@@ -14,6 +14,7 @@ from tasks.authz import require_role
 from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Agent, RecoveryMode, Role
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
+from tasks.workspace import wire
 
 ID_MAX = 2**63 - 1  # ids and versions are 64-bit
 
@@ -581,7 +582,10 @@ class ActionRepairTaskView(OperatorView):
 def _side(side: dict | None) -> dict | None:
     if side is None:
         return None
-    return {k: side[k] for k in ("size", "sha256", "mtime", "kind", "link") if k in side}
+    return {
+        k: side[k] for k in ("size", "sha256", "mtime", "kind", "link", "hashed", "not_kept", "not_kept_detail")
+        if k in side
+    }  # fmt: skip
 
 
 def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
@@ -594,10 +598,12 @@ def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
             if state.hold
             else None
         ),
+        **state.bounds,
         "files": [
             {
-                "path": f.path,
+                "path": wire(f.path),
                 "status": f.status,
+                **({} if f.verified else {"verified": False}),
                 "recorded": _side(f.recorded),
                 "actual": _side(f.actual),
                 "written_by": (
@@ -653,7 +659,7 @@ class TaskWorkspaceView(OperatorView):
                     "held": True,
                     "reason": copy.reason,
                     "kept": copy.files,
-                    "files": [{"path": f.path, "status": f.status, "actual": _side(f.actual)} for f in files],
+                    "files": [{"path": wire(f.path), "status": f.status, "actual": _side(f.actual)} for f in files],
                 }
             )
         return Response(workspace_data(task, workspaces.workspace_state(task)))

@@ -35,7 +35,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery import actions as recovery_actions
-from recovery import controls, presenter, triage
+from recovery import controls, presenter, triage, workspaces
 from recovery.bulk_rules import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.bulk_selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
@@ -387,6 +387,15 @@ def bulk_batch(op_id: int, *, size: int | None = None) -> int:
 
 
 def _item(op: BulkOperation, item_id: int, user) -> int:
+    if op.action in ("retry", "decide", "continue"):
+        # A continuation validates the task's workspace: it is read before the item's transaction.
+        task_id = BulkItem.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+        with workspaces.read_ahead_for_task(task_id, user):
+            return _item_locked(op, item_id, user)
+    return _item_locked(op, item_id, user)
+
+
+def _item_locked(op: BulkOperation, item_id: int, user) -> int:
     try:
         with transaction.atomic():
             qs = BulkItem.objects.filter(pk=item_id, result=BulkResult.PENDING)

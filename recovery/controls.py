@@ -149,7 +149,6 @@ class Continued:
         return NeedsDecision(self.detail, **extra)
 
 
-@transaction.atomic
 def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     """A continuation of the task's last run, through classification and every gate.
 
@@ -158,7 +157,14 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     unknown outcome is undecided and no action is live (its action was
     cancelled), a new unknown-outcome action is opened for it and named. A
     failed step of the last run is run again: asking to continue is asking for it.
+    The workspace is read before the transaction, for its validation to compare.
     """
+    with workspaces.read_ahead_for_task(task_id, user):
+        return _task_continue(user=user, task_id=task_id, note=note)
+
+
+@transaction.atomic
+def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
     task = _task(user, task_id, Role.OPERATOR)
     note = _reason(note)
     held = workspaces.live_action(task.pk)

@@ -13,16 +13,27 @@ a destination path through a link, refuses the export.
 """
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 
 from recovery.models import ActionKind, Export, HeldCopy
+from tasks import payloads
 from tasks.events import event_append
 from tasks.export_roots import destination_refusal
 from tasks.models import Run, RunStatus, Task
-from tasks.workspace import copy_file, file_entry, make_fresh_dir, scan
+from tasks.workspace import (
+    copy_file,
+    file_entry,
+    file_sha,
+    make_fresh_dir,
+    name_of,
+    scan,
+    shown,
+    wire,
+)
 
 EXPORT_FAILED = "export_failed"
 
@@ -56,7 +67,15 @@ def copy_workspace(task: Task, dest: str) -> dict:
     if refusal:
         result["refused"] = refusal[0]
         raise ExportError(refusal[1], result)
-    files = scan(task.workspace, with_hash=True)
+    found = scan(task.workspace)
+    if not found.complete or found.unread:
+        raise ExportError(
+            f"The workspace holds more than {found.limit} entries (CONSOLE_WORKSPACE_MAX_ENTRIES) or a directory "
+            "the console cannot read; nothing was copied, so the destination never holds part of it.",
+            result,
+        )
+    # Directories are made with the files in them; every other kind is listed (a link is never followed).
+    files = {k: e for k, e in found.entries.items() if e.kind != "dir"}
     result["checked"] = len(files)
     held: Path | None = None
     held_files: list[dict] = []
@@ -66,32 +85,35 @@ def copy_workspace(task: Task, dest: str) -> dict:
             raise ExportError(f"The export destination {dest} is not a directory.", result)
         for rel, entry in sorted(files.items()):
             if entry.kind != "file":
-                result["skipped"].append({"path": rel, "why": entry.kind, "link": entry.link})
+                result["skipped"].append({"path": wire(rel), "why": entry.kind, "link": payloads.encode(entry.link)})
                 continue
+            entry = replace(entry, sha256=file_sha(task.workspace, rel))
             there = file_entry(dest, rel)
             if there is not None and there.kind != "file":
                 raise ExportError(
-                    f"{rel}: the destination holds a symbolic link or special file there; it is never followed "
-                    "or replaced.",
+                    f"{shown(rel)}: the destination holds a symbolic link or special file there; it is never "
+                    "followed or replaced.",
                     result,
                 )
             if there is not None and there.sha256 == entry.sha256:
-                result["unchanged"].append({"path": rel, "sha256": entry.sha256})
+                result["unchanged"].append({"path": wire(rel), "sha256": entry.sha256})
                 continue
             if there is not None:
                 # Keep what the destination held before replacing it.
                 if held is None:
                     held = _held_dir(task, "export")
                 copy_file(dest, rel, held, rel)
-                held_files.append({"path": rel, "sha256": there.sha256, "size": there.size, "why": "replaced"})
-                result["kept"].append({"path": rel, "sha256": there.sha256, "copy": str(held / rel)})
+                held_files.append({"path": wire(rel), "sha256": there.sha256, "size": there.size, "why": "replaced"})
+                result["kept"].append(
+                    {"path": wire(rel), "sha256": there.sha256, "copy": payloads.encode(str(held / name_of(rel)))}
+                )
             after = copy_file(task.workspace, rel, dest, rel)
             check = file_entry(dest, rel)
             if after != entry.sha256 or check is None or check.sha256 != entry.sha256:
-                raise ExportError(f"{rel}: the copy at the destination does not match the workspace.", result)
+                raise ExportError(f"{shown(rel)}: the copy at the destination does not match the workspace.", result)
             result["copied"].append(
                 {
-                    "path": rel,
+                    "path": wire(rel),
                     "size": entry.size,
                     "before": there.sha256 if there else None,
                     "after": check.sha256,

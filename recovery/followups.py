@@ -79,14 +79,12 @@ def message_save(*, user, task: Task, body: str) -> Message:
     return message
 
 
-def messages_admit() -> list[int]:
+def messages_admit(*, budget=None) -> list[int]:
     """Supervisor duty: admit one continuation for each task whose messages may now go.
 
     Returns the continuation runs created. A task whose latest run is live, held
     or waiting on an action keeps its messages waiting, with the reason saved.
     """
-    from recovery.continuations import continuation_create
-
     created = []
     task_ids = (
         Message.objects.filter(status=MessageStatus.WAITING).values_list("task_id", flat=True).distinct().order_by()
@@ -95,22 +93,13 @@ def messages_admit() -> list[int]:
         reason = waiting_reason(task)
         if not reason:
             source = Run.objects.filter(task=task).exclude(refused_at_admission()).order_by("-id").first()
-            try:
-                with transaction.atomic():
-                    run = continuation_create(
-                        source=source,
-                        actor="supervisor",
-                        reason="follow-up",
-                        rerun=_failed_seqs(source),
-                        rerun_why="follow-up",
-                        allow_final=True,
-                    )
-                if not workspaces.refused(run):
-                    created.append(run.pk)
-                    continue
-                reason = waiting_reason(task)  # the workspace hold the refusal opened
-            except (NotEligible, GateClosed, IntegrityError) as exc:
-                reason = _refusal_reason(task, exc)
+            with workspaces.read_ahead_for_task(task.pk, budget=budget) as spent:
+                if spent.spent:
+                    continue  # the pass's budget for reading workspaces is spent: the next pass admits it
+                created_run, reason = _admit_follow_ups(task, source)
+            if created_run is not None:
+                created.append(created_run)
+                continue
         changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
         if changed.update(waiting_reason=reason):
             event_append(
@@ -121,6 +110,27 @@ def messages_admit() -> list[int]:
                 payload={"waiting_reason": reason},
             )
     return created
+
+
+def _admit_follow_ups(task: Task, source: Run | None) -> tuple[int | None, str]:
+    """One continuation carrying the task's waiting messages: (its run, "") or (None, why they still wait)."""
+    from recovery.continuations import continuation_create
+
+    try:
+        with transaction.atomic():
+            run = continuation_create(
+                source=source,
+                actor="supervisor",
+                reason="follow-up",
+                rerun=_failed_seqs(source),
+                rerun_why="follow-up",
+                allow_final=True,
+            )
+        if not workspaces.refused(run):
+            return run.pk, ""
+        return None, waiting_reason(task)  # the workspace hold the refusal opened
+    except (NotEligible, GateClosed, IntegrityError) as exc:
+        return None, _refusal_reason(task, exc)
 
 
 def _refusal_reason(task: Task, exc: Exception) -> str:

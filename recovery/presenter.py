@@ -12,11 +12,13 @@ an acknowledgement is not a resumption, a queued run is not a continuation,
 a person's statement is not a saved result.
 """
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import classify as c
 from tasks.batches import NESTED_BASE
+from tasks.workspace import wire
 
 
 @dataclass(frozen=True)
@@ -812,6 +814,60 @@ HELD_WHY = {
     "special": "not a regular file",
 }
 
+# What an entry that is not a regular file is, on a panel, a card or a held copy (tasks.workspace KINDS).
+KIND_WORDS = {
+    "link": "symbolic link → {link} (never followed)",
+    "dir": "empty directory",
+    "fifo": "FIFO (named pipe; never opened)",
+    "socket": "socket (never opened)",
+    "device": "device {link} (never opened)",
+    "other": "not a regular file",
+}
+
+# Why a file's content was not read or not kept (WorkspaceFile.not_kept, tasks.workspace).
+NOT_KEPT = {
+    "large": "not kept: larger than the {keep} kept per file",
+    "store_error": "not kept: the content store could not write it",
+    "unreadable": "not kept: the console could not read it",
+    "hash_too_large": "not read: larger than the {hash_max} the console hashes; compared by size and times",
+    "hash_budget": "not read this time: the reading budget was spent; compared by size and times",
+    "changed_while_read": "not read: it changed while it was being read; recorded by size and times",
+    "not_read": "not read before it was recorded; recorded by size and times",
+}
+
+
+def path_text(path) -> str:
+    """A workspace path as text: itself, or its wire form (`{"$text": …}`) for a name that is not text."""
+    return path if isinstance(path, str) else json.dumps(path, ensure_ascii=False)
+
+
+def _size(n: int) -> str:
+    from django.template.defaultfilters import filesizeformat
+
+    return str(filesizeformat(n)).replace("\xa0", " ")
+
+
+def not_kept_text(code: str, detail: str = "") -> str:
+    from tasks.workspace import hash_max, keep_limit
+
+    text = NOT_KEPT.get(code, code.replace("_", " ")).format(keep=_size(keep_limit()), hash_max=_size(hash_max()))
+    return f"{text} ({detail})" if detail else text
+
+
+def side_text(side: dict | None) -> str:
+    """What one side of an entry is when it is not simply a hashed file: its kind, or why its content was not
+    read (a file's size and hash are drawn as they are)."""
+    if not side:
+        return ""
+    kind = side.get("kind")
+    if kind:
+        link = side.get("link")
+        return KIND_WORDS.get(kind, KIND_WORDS["other"]).format(link=path_text(link) if link is not None else "?")
+    if side.get("hashed") is False or side.get("not_kept") in ("hash_too_large", "hash_budget"):
+        return not_kept_text(side.get("not_kept") or "not_read")
+    return ""
+
+
 WRITERS = {
     "step": "written by step {seq} of run #{run} ({tool})",
     "decision": "step {seq} of run #{run} ({tool}), declared performed by a person",
@@ -822,8 +878,8 @@ WRITERS = {
 REPAIR_NAMES = {"reconcile": "Reconcile", "reissue": "Isolated reissue", "retry_export": "Retry export"}
 
 
-def _files(paths: list[str], limit: int = 4) -> str:
-    shown = ", ".join(paths[:limit])
+def _files(paths: list, limit: int = 4) -> str:
+    shown = ", ".join(path_text(p) for p in paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
@@ -854,8 +910,8 @@ def held_note(item: dict) -> str:
 
 
 def _would_hold(f: dict) -> bool:
-    actual = f.get("actual") or {}
-    return bool(f.get("plan")) or actual.get("kind") in ("link", "other")
+    # Links and special files are adopted as what they are; what the remaining plan changes is held.
+    return bool(f.get("plan"))
 
 
 def repair_line(repair) -> Line:
@@ -878,7 +934,13 @@ def repair_line(repair) -> Line:
             *head,
             f": {_count(n.get('rebuilt', 0), 'file')} rebuilt from recorded content into {r.get('workspace')}; "
             f"the old directory {r.get('old_workspace')} is kept as it was, as a held copy "
-            f"({_count(n.get('kept', 0), 'difference')} kept in it).",
+            f"({_count(n.get('kept', 0), 'difference')} kept in it)"
+            + (
+                f"; {_count(n['not_remade'], 'socket or device', 'sockets or devices')} not made again (the "
+                "console never makes one; its record is dropped)."
+                if n.get("not_remade")
+                else "."
+            ),
         )
     if r.get("ok"):
         return (
@@ -951,6 +1013,17 @@ class FileView:
     diff: str | None = None
     note: str = ""
 
+    def __post_init__(self):
+        self.path = path_text(self.path)
+
+    @property
+    def recorded_note(self) -> str:
+        return side_text(self.recorded)
+
+    @property
+    def actual_note(self) -> str:
+        return side_text(self.actual)
+
     @property
     def recorded_at(self) -> datetime | None:
         return _moment((self.recorded or {}).get("mtime"))
@@ -982,7 +1055,7 @@ def repair_rows(repair) -> list[dict]:
     for a in r.get("adopted", []):
         rows.append(
             {
-                "path": a["path"],
+                "path": path_text(a["path"]),
                 "done": f"adopted ({file_status(a['status'])})",
                 "before": sha(a.get("before")),
                 "after": sha(a.get("after")),
@@ -991,7 +1064,7 @@ def repair_rows(repair) -> list[dict]:
     for h in r.get("held", []):
         rows.append(
             {
-                "path": h["path"],
+                "path": path_text(h["path"]),
                 "done": f"held: {held_note(h)}",
                 "before": sha(h.get("before")),
                 "after": sha(h.get("after")),
@@ -1000,19 +1073,25 @@ def repair_rows(repair) -> list[dict]:
     for b in r.get("rebuilt", []):
         rows.append(
             {
-                "path": b["path"],
-                "done": "rebuilt from recorded content",
+                "path": path_text(b["path"]),
+                "done": "rebuilt from recorded content" if not b.get("kind") else f"made again: {side_text(b)}",
                 "before": b.get("before"),
                 "after": b.get("after"),
             }
         )
+    for x in r.get("not_remade", []):
+        rows.append(
+            {"path": path_text(x["path"]), "done": f"not made again: {side_text(x)}", "before": None, "after": None}
+        )
     for x in r.get("copied", []):
-        rows.append({"path": x["path"], "done": "copied", "before": x.get("before"), "after": x.get("after")})
+        rows.append(
+            {"path": path_text(x["path"]), "done": "copied", "before": x.get("before"), "after": x.get("after")}
+        )
     for x in r.get("kept", []):
         rows.append(
             {
-                "path": x["path"],
-                "done": f"kept first, in {x.get('copy')}",
+                "path": path_text(x["path"]),
+                "done": f"kept first, in {path_text(x.get('copy'))}",
                 "before": x.get("sha256"),
                 "after": x.get("sha256"),
             }
@@ -1020,7 +1099,7 @@ def repair_rows(repair) -> list[dict]:
     for x in r.get("skipped", []):
         rows.append(
             {
-                "path": x["path"],
+                "path": path_text(x["path"]),
                 "done": "skipped: links and special files are never followed",
                 "before": None,
                 "after": None,
@@ -1036,10 +1115,14 @@ def evidence_files(action) -> list[FileView]:
         "not_kept": "no diff: the recorded content was not kept",
         "binary_or_large": "no diff: not text under 64 KiB",
         "link": "a symbolic link — never followed",
+        "special": "not a regular file: nothing to diff",
     }
     for f in e.get("files") or []:
         plan = f.get("plan") or []
         note = notes.get(f.get("diff_note"), "")
+        if f.get("verified") is False:
+            why = not_kept_text((f.get("actual") or {}).get("not_kept") or "not_read")
+            note = (note + "; " if note else "") + f"its times changed; content {why.split(': ', 1)[-1]}"
         if plan:
             steps = " and ".join(f"step {s}" for s in plan)
             note = (note + "; " if note else "") + f"the remaining plan changes it ({steps})"
@@ -1139,6 +1222,58 @@ class WorkspaceView:
     held_copies: list[dict]
     empty: str = ""
     counts: str = ""
+    walk: str = ""  # what the walk did not reach (walk_note)
+
+
+def _kept_note(f) -> str:
+    """Why a recorded file's content was not kept, on the task's panel (from its manifest entry)."""
+    row = f.row
+    if row is None or row.kind != "file" or row.kept or not row.not_kept:
+        return ""
+    return not_kept_text(row.not_kept, row.not_kept_detail)
+
+
+def walk_note(bounds: dict) -> str:
+    """What a walk of a workspace did not reach, in words (recovery.workspaces.walk_bounds)."""
+    said = []
+    walk = bounds.get("walk")
+    if walk:
+        last = f" after {path_text(walk['last'])}" if walk.get("last") is not None else ""
+        said.append(
+            f"The workspace holds more than {walk.get('limit'):,} entries: entries{last} (in path order) are "
+            "neither recorded nor compared."
+        )
+    if bounds.get("unread"):
+        said.append(
+            f"{_count(bounds['unread'], 'directory', 'directories')} could not be read: nothing in them is compared."
+        )
+    if bounds.get("too_long"):
+        said.append(f"{_count(bounds['too_long'], 'entry has', 'entries have')} a path too long to record.")
+    return " ".join(said)
+
+
+def step_files_note(notes: dict | None) -> str:
+    """A step's completion that could not keep every file it changed, or could not read the workspace."""
+    if not notes:
+        return ""
+    said = []
+    if notes.get("error"):
+        said.append(f"the workspace could not be read when it completed ({notes['error']}); its outcome is recorded")
+    items = notes.get("not_kept") or []
+    if items:
+        n = notes.get("not_kept_count", len(items))
+        listed = "; ".join(
+            f"{path_text(i.get('path'))} — {not_kept_text(i.get('why', ''), i.get('detail', ''))}" for i in items[:5]
+        )
+        more = f"; and {n - min(5, len(items))} more" if n > min(5, len(items)) else ""
+        said.append(f"{_count(n, 'file')} not kept: {listed}{more}")
+    if notes.get("scan"):
+        walk = notes["scan"]
+        last = f" after {path_text(walk['last'])}" if walk.get("last") is not None else ""
+        said.append(f"the workspace holds more than {walk.get('limit'):,} entries: entries{last} were not recorded")
+    if notes.get("too_long"):
+        said.append(f"{_count(notes['too_long'], 'entry has', 'entries have')} a path too long to record")
+    return ". ".join(s[:1].upper() + s[1:] for s in said) + "." if said else ""
 
 
 def workspace_view(state) -> WorkspaceView:
@@ -1146,7 +1281,16 @@ def workspace_view(state) -> WorkspaceView:
     from recovery.gates import workspace_hold
 
     files = [
-        FileView(f.path, f.status, file_status(f.status), f.recorded, f.actual, writer(f.recorded)) for f in state.files
+        FileView(
+            wire(f.path),
+            f.status,
+            file_status(f.status),
+            f.recorded,
+            f.actual,
+            writer(f.recorded),
+            note=_kept_note(f),
+        )
+        for f in state.files
     ]
     hold = None
     if state.hold is not None:
@@ -1182,7 +1326,7 @@ def workspace_view(state) -> WorkspaceView:
         if state.files
         else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
     )
-    return WorkspaceView(state.path, hold, export, files, copies, empty, counts)
+    return WorkspaceView(state.path, hold, export, files, copies, empty, counts, walk_note(state.bounds))
 
 
 # --- sign-in and limits (SECURITY.md) ---------------------------------------------------------------

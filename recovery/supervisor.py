@@ -28,9 +28,10 @@ from recovery.retention import checkpoints_purge, idempotency_purge, retention
 from recovery.selectors import admission_facts, diagnose
 from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, NotEligible
-from tasks.models import Run, RunStatus, effective_continuation
+from tasks.models import Run, RunStatus, Task, effective_continuation
 from tasks.services import leases_expire
 from tasks.workers import instances_prune
+from tasks.workspace import Budget
 
 log = logging.getLogger("recovery.supervisor")
 
@@ -94,12 +95,24 @@ def _blocking_cause(diagnosis) -> str:
     return codes[0] if codes else "needs_decision"
 
 
-def recover_run(run: Run) -> tuple[str, int] | None:
+def recover_run(run: Run, budget: Budget | None = None) -> tuple[str, int] | None:
     """Continue `run` automatically when its evidence proves that safe; otherwise open an action.
 
     Returns ("continued", run id), ("opened", action id), or None when a gate
-    holds it for now (it is looked at again on the next pass).
+    holds it for now, or when the pass's budget for reading workspaces ran out
+    before its workspace was read (it is looked at again on the next pass).
+    The workspace is read before the run is locked: validation inside the
+    transaction compares that reading and hashes nothing.
     """
+    budget = budget if budget is not None else Budget()
+    task = Task.objects.select_related("org").get(pk=run.task_id)
+    with workspaces.read_ahead_for(task, budget=budget):
+        if budget.spent:
+            return None
+        return _recover_run(run)
+
+
+def _recover_run(run: Run) -> tuple[str, int] | None:
     with transaction.atomic():
         run = Run.objects.select_for_update(of=("self",)).select_related("task__agent__profile", "agent").get(pk=run.pk)
         continued = Run.objects.filter(effective_continuation(), continues=run).exists()
@@ -264,10 +277,10 @@ def _connection_lost(exc: Exception) -> bool:
     return isinstance(exc, (OperationalError, InterfaceError))
 
 
-def _recover(report: PassReport) -> None:
+def _recover(report: PassReport, budget: Budget) -> None:
     for run in runs_awaiting_recovery()[:200]:
         try:
-            outcome = recover_run(run)
+            outcome = recover_run(run, budget)
         except Exception as exc:
             if _connection_lost(exc):
                 raise
@@ -285,12 +298,15 @@ def _pass() -> PassReport:
     with _duty("leases_expire", report):
         for run in leases_expire():
             (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
+    # One budget for reading workspaces per pass (CONSOLE_WORKSPACE_HASH_BUDGET): once spent, what is left waits
+    # for the next pass, so no workspace stalls the pass for every organization.
+    budget = Budget()
     with _duty("recover", report):
-        _recover(report)
+        _recover(report, budget)
     with _duty("actions_settle", report):
         report.settled = actions_settle()
     with _duty("messages_admit", report):
-        report.admitted = messages_admit()
+        report.admitted = messages_admit(budget=budget)
     with _duty("checkpoints_purge", report):
         report.purged = checkpoints_purge()
     with _duty("idempotency_purge", report):

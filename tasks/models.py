@@ -299,6 +299,9 @@ class Step(models.Model):
     planned_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # What the step's completion could not keep of the workspace files it changed, and why
+    # (tasks.workspace.Recorded.notes); null when it changed none or kept them all.
+    workspace_notes = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["run_id", "seq"]
@@ -445,20 +448,33 @@ def refused_at_admission() -> Q:
 
 
 class WorkspaceFile(models.Model):
-    """One file of a task's workspace manifest: what the checkpoints say is on disk.
+    """One entry of a task's workspace manifest: what the checkpoints say is on disk.
 
-    Written in the transaction that completes the step that changed the file
-    (tasks.workspace.manifest_record), from what the server reads on disk, and
-    by an admin's repair (`source` says which). `kept` says whether the
-    content is kept in the workspace store, so it can be diffed and rebuilt.
+    Written when the step that changed it completes (tasks.workspace.manifest_record),
+    from what the server reads on disk, and by an admin's repair (`source` says
+    which). `kind` is what the entry is: a regular file (size, times, sha256 —
+    empty when its content was not read: `not_kept` says why), a symbolic link
+    (`link`: its target in wire form, never followed), an empty directory, a
+    FIFO, a socket or a device (`link`: its number). `kept` says whether a file's
+    content is in the workspace store, so it can be diffed and rebuilt. `path` is
+    the stored key (tasks.workspace.key_of): the path, or "/" and its escape form
+    for a name that is not text.
     """
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="workspace_files")
-    path = models.CharField(max_length=1000)
+    path = models.CharField(max_length=2000)
+    kind = models.CharField(max_length=8, default="file")
     size = models.BigIntegerField()
     mtime_ns = models.BigIntegerField()
-    sha256 = models.CharField(max_length=64)
+    # With the size and mtime, the identity a file is compared by before its content is read: a person can set
+    # a file's mtime back, never its ctime. 0 when unknown (recorded before these were kept).
+    ctime_ns = models.BigIntegerField(default=0)
+    ino = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    link = models.JSONField(null=True, blank=True)
     kept = models.BooleanField(default=False)
+    not_kept = models.CharField(max_length=32, blank=True)
+    not_kept_detail = models.CharField(max_length=300, blank=True)
     # The step that wrote it (kept as numbers too: checkpoints are purged after 30 days).
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     run_id_seen = models.PositiveBigIntegerField(null=True, blank=True)

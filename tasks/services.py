@@ -42,6 +42,7 @@ from tasks.workspace import (
     UnsafePath,
     clean_relpath,
     make_fresh_dir,
+    manifest_read_ahead,
     manifest_record,
     step_paths,
 )
@@ -239,10 +240,27 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
     label = (label or "").strip()[:100] or worker.name
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            return _claim_in_one_statement(worker, label)
-        run = _claim(worker, label)
-        instance_seen(worker=worker, label=label, claimed=run is not None)
+            run = _claim_in_one_statement(worker, label)
+        else:
+            run = _claim(worker, label)
+            instance_seen(worker=worker, label=label, claimed=run is not None)
+    if run is not None and run.continues_id is None:
+        _record_baseline(run)
     return run
+
+
+def _record_baseline(run: Run) -> None:
+    """A chain starts (a first run, a fresh start): what the workspace holds now is its baseline, e.g. inputs a
+    person put there; later differences are then real ones. Read after the claim committed (the worker has not
+    been told of its claim yet, so nothing writes there), recorded in a transaction of its own."""
+    task = Task.objects.select_related("org").get(pk=run.task_id)
+    try:
+        disk = manifest_read_ahead(task=task, scan_all=True)
+        with transaction.atomic():
+            manifest_record(task=task, scan_all=True, source="baseline", disk=disk)
+    except OSError:
+        # An unreadable workspace records no baseline: validation then lists what is there as added.
+        pass
 
 
 def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
@@ -350,11 +368,8 @@ def _take(run: Run, worker: Worker, label: str) -> bool:
 
 
 def _claimed(run: Run) -> None:
-    """What follows every claim, in its transaction: the chain's workspace baseline, the listeners."""
-    if run.continues_id is None:
-        # A chain starts (a first run, a fresh start): what the workspace holds now is its
-        # baseline, e.g. inputs a person put there. Later differences are then real ones.
-        manifest_record(task=run.task, scan_all=True, source="baseline")
+    """What follows every claim, in its transaction: the listeners. (The workspace baseline of a chain's first
+    run is recorded after the claim's transaction: `_record_baseline`.)"""
     lifecycle.run_started(run)
 
 
@@ -612,7 +627,7 @@ def step_complete(
         )
         if done is not None:
             return done
-    return _step_complete(
+    return _complete_after_reading(
         worker=worker,
         run_id=run_id,
         epoch=epoch,
@@ -623,7 +638,26 @@ def step_complete(
         usage=usage,
         result_too_large=result_too_large,
         files=files,
+        read_first=True,
     )
+
+
+class _ReadFirst(Exception):
+    """The step changes workspace files: its transaction stops before writing anything, so that the disk is
+    read (and large files hashed) with no lock held; then the step completes in a transaction of its own."""
+
+    def __init__(self, task: Task, paths: list[str], scan_all: bool):
+        super().__init__()
+        self.task, self.paths, self.scan_all = task, paths, scan_all
+
+
+def _complete_after_reading(**kwargs) -> tuple[Step, bool]:
+    try:
+        return _step_complete(**kwargs)
+    except _ReadFirst as first:
+        kwargs["read_first"] = False
+        kwargs["disk"] = manifest_read_ahead(task=first.task, paths=first.paths, scan_all=first.scan_all)
+        return _step_complete(**kwargs)
 
 
 @transaction.atomic
@@ -639,14 +673,22 @@ def _step_complete(
     usage=None,
     result_too_large: bool = False,
     files=None,
+    disk=None,
+    read_first: bool = False,
 ) -> tuple[Step, bool]:
     """Record the outcome of a dispatched step; returns it and whether the run should stop.
 
     The task's workspace manifest is updated in the same transaction, from what
     the server reads on disk: a completed `file_write` / `file_edit` records its
-    file, `bash` (completed or failed) has the whole workspace scanned, and
+    file, `bash` (completed or failed) has the whole workspace walked, and
     `files` — workspace-relative paths the worker says the step changed — are
-    read and recorded too (an unsafe path is refused before anything is saved).
+    recorded too (an unsafe path is refused before anything is saved). Their
+    content is read before this transaction, never with the run locked: with
+    `read_first` the transaction stops at `_ReadFirst` before writing anything,
+    the disk is read, and the step completes with that reading (`disk`); here
+    only `lstat`s are made. The outcome is recorded whatever the disk
+    does: a file that could not be read or kept is recorded as not kept, with
+    the reason, on the step (`workspace_notes`) and its manifest entry.
 
     `usage` (default 1) is added to the task's budget; reaching the limit asks
     the run to stop at this boundary. A result the worker could not send whole
@@ -679,6 +721,9 @@ def _step_complete(
         )
     if step.phase != StepPhase.DISPATCHED:
         raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
+    paths, scan_all = step_paths(step.tool, step.args)
+    if read_first and (paths or scan_all or reported):
+        raise _ReadFirst(task, [*(paths if ok else []), *reported], scan_all)
     now = timezone.now()
     done = {**outcome, "completed_at": now}
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
@@ -702,20 +747,40 @@ def _step_complete(
         # the total read with the step is the one this adds to.
         Task.objects.filter(pk=task.pk).update(budget_used=F("budget_used") + usage, updated_at=now)
         task.budget_used += usage
-    paths, scan_all = step_paths(step.tool, step.args)
+    notes = None
     if paths or scan_all or reported:
-        manifest_record(task=task, step=step, paths=paths if ok else [], scan_all=scan_all, forget_missing=reported)
+        notes = _record_files(task, step, paths=paths if ok else [], scan_all=scan_all, reported=reported, disk=disk)
+        if notes:
+            Step.objects.filter(pk=step.pk).update(workspace_notes=notes)
+            step.workspace_notes = notes
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
         run_id=run.pk,
         kind="step_completed" if ok else "step_failed",
         actor=worker,
-        payload={"seq": seq, "tool": step.tool, "usage": usage},
+        payload={
+            "seq": seq,
+            "tool": step.tool,
+            "usage": usage,
+            **({"not_kept": notes.get("not_kept_count", 0)} if notes and notes.get("not_kept_count") else {}),
+        },
     )
     if run.status == RunStatus.RUNNING and task.budget_exhausted:
         _request_stop(run, actor="system", reason="budget")
     return step, run.status == RunStatus.STOPPING
+
+
+def _record_files(task: Task, step: Step, *, paths, scan_all: bool, reported, disk) -> dict:
+    """The step's manifest update; its notes (files not kept and why, a walk cut short). A disk that cannot be
+    read is a note too, never an error: the step's outcome is recorded either way."""
+    try:
+        with transaction.atomic():  # a savepoint: a failed update leaves the outcome to be recorded
+            return manifest_record(
+                task=task, step=step, paths=paths, scan_all=scan_all, forget_missing=reported, disk=disk
+            ).notes()
+    except OSError as exc:
+        return {"error": f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")}
 
 
 MAX_REPORTED_FILES = 10_000

@@ -34,11 +34,13 @@ from tasks import payloads
 from tasks.batches import Batch, item_args, item_seq, parse_batch
 from tasks.worker.client import NotEligible, PayloadTooLarge, RunnerClient, RunnerError, StaleLease
 from tasks.worker.faults import Faults
-from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool
+from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool, stop_grace_for
 
 log = logging.getLogger("tasks.worker")
 
 MIN_HEARTBEAT_SECONDS = 0.05
+TOOL_WATCH_SECONDS = 0.1  # how often the executor looks at a running tool's stop and drain
+TOOL_UNWIND_SECONDS = 1.0  # how long a tool told to give up has to end by itself before it is left behind
 FATAL_STATUSES = frozenset({401, 403})  # a bad token does not get better by polling
 # The server refused a step for a reason of the plan itself: the run cannot go on.
 REFUSED_STATUSES = frozenset({400, 404, 409, 413})
@@ -195,8 +197,10 @@ class RunExecutor:
         heartbeat: Heartbeat,
         shutdown: threading.Event,
         abandon: threading.Event | None = None,
+        stop_grace: float | None = None,
     ) -> None:
         self.client = client
+        self.stop_grace = stop_grace if stop_grace is not None else stop_grace_for(10.0)
         self.claim = claim
         self.run: int = claim["run"]
         self.epoch: int = claim["lease_epoch"]
@@ -497,20 +501,46 @@ class RunExecutor:
         return True, {"task": created.get("task")}, None, False
 
     def _run_tool(self, tool: str, args: dict) -> tuple[bool, Any, str | None, bool]:
-        """(ok, result, error, interrupted). Any exception from a tool is a failed step."""
-        ctx = ToolContext(workspace=self.workspace or "", cancel=self.heartbeat.cancel, abandon=self.abandon)
-        try:
-            # The tool boundary of the payload encoding: tools see bytes and any text; checkpoints hold the wire form.
-            # A result that has no wire form cannot be checkpointed: a failure, not a crash.
-            result = payloads.encode(run_tool(tool, payloads.decode(args), ctx))
-        except ToolInterrupted as exc:
+        """(ok, result, error, interrupted). Any exception from a tool is a failed step.
+
+        The tool runs in a thread of its own that this one watches, so that even a tool stuck in a call the
+        tool itself cannot interrupt gives up on time: after a Stop's grace or at the drain deadline it is
+        left behind (a daemon thread) and its step records no outcome.
+        """
+        ctx = ToolContext(
+            workspace=self.workspace or "",
+            cancel=self.heartbeat.cancel,
+            abandon=self.abandon,
+            stop_grace=self.stop_grace,
+        )
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                # The tool boundary of the payload encoding: tools see bytes and any text; checkpoints hold the
+                # wire form. A result that has no wire form cannot be checkpointed: a failure, not a crash.
+                box["result"] = payloads.encode(run_tool(tool, payloads.decode(args), ctx))
+            except BaseException as exc:  # handed to the watching thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name=f"tool-{tool}-run-{self.run}", daemon=True).start()
+        while not done.wait(TOOL_WATCH_SECONDS):
+            why = ctx.give_up()
+            if why is not None and not done.wait(TOOL_UNWIND_SECONDS):
+                log.warning("run %s: tool %s did not end by itself; left behind (%s)", self.run, tool, why)
+                return False, None, f"{tool} cut short: {why}", True
+        exc = box.get("error")
+        if exc is None:
+            return True, box.get("result"), None, False
+        if isinstance(exc, ToolInterrupted):
             return False, None, str(exc), True
-        except ToolError as exc:
+        if isinstance(exc, ToolError):
             return False, None, str(exc), False
-        except Exception as exc:
-            log.debug("run %s: tool %s raised", self.run, tool, exc_info=True)
-            return False, None, f"{type(exc).__name__}: {exc}", False
-        return True, result, None, False
+        log.debug("run %s: tool %s raised", self.run, tool, exc_info=exc)
+        return False, None, f"{type(exc).__name__}: {exc}", False
 
     def _complete(self, seq: int, ok: bool, result: Any, error: str | None, files: list[str] | None = None) -> dict:
         usage = _usage(result)
@@ -544,6 +574,7 @@ def execute_run(
     lease_seconds: float,
     shutdown: threading.Event,
     abandon: threading.Event | None = None,
+    stop_grace: float | None = None,
 ) -> Outcome:
     """Execute one claimed run with its own heartbeat thread."""
     log.info(
@@ -570,7 +601,13 @@ def execute_run(
 
     try:
         return RunExecutor(
-            client.within(lease_left), claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown, abandon=abandon
+            client.within(lease_left),
+            claim,
+            faults=faults,
+            heartbeat=heartbeat,
+            shutdown=shutdown,
+            abandon=abandon,
+            stop_grace=stop_grace,
         ).execute()
     finally:
         heartbeat.halt()
@@ -633,13 +670,15 @@ def run_forever(
     faults: Faults | None = None,
     shutdown: threading.Event | None = None,
     abandon: threading.Event | None = None,
+    stop_grace: float | None = None,
 ) -> int:
     """Run `concurrency` slots (threads), each claiming and executing runs one at a time.
 
     Slot i claims as `<label>-<i>`. With `once`, each slot claims at most one
     run and returns when there is none. Setting `shutdown` stops claiming and
     ends each slot after its current step; setting `abandon` as well cuts
-    that step's long tool short (the drain time is up). Returns the number of runs claimed;
+    that step's long tool short (the drain time is up); after a Stop a tool may go on for `stop_grace`
+    seconds before it is cut short. Returns the number of runs claimed;
     raises the RunnerError of a slot that could not claim for good (a rejected
     token; with `once`, any claim failure).
     """
@@ -658,6 +697,7 @@ def run_forever(
             lease_seconds=lease_seconds,
             shutdown=shutdown,
             abandon=abandon if abandon is not None else threading.Event(),
+            stop_grace=stop_grace,
         )
         for i in range(1, concurrency + 1)
     ]
