@@ -511,6 +511,9 @@ class FakeClient:
         self.refuse = refuse or {}
         self.stop_after = stop_after
 
+    def within(self, lease_left):
+        return self  # the real client retries while the lease is live; this one never fails in transport
+
     def _maybe_refuse(self, method: str, seq: int | None = None) -> None:
         exc = self.refuse.pop((method, seq), None)
         if exc is not None:
