@@ -252,6 +252,8 @@ CONSOLE_EXPORTS = [
     Path(p) for p in (os.environ.get("CONSOLE_EXPORTS") or str(VAR_DIR / "exports")).split(os.pathsep) if p.strip()
 ]
 CONSOLE_EXPORT_ROOTS_MAX = 50
+# An export claimed this long ago and never recorded was cut off (its supervisor died mid-copy): another takes it.
+CONSOLE_EXPORT_STALE_SECONDS = env_int("CONSOLE_EXPORT_STALE_SECONDS", 1800)
 CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)

@@ -14,10 +14,13 @@ a destination path through a link, refuses the export.
 
 import os
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
+from django.utils import timezone
 
 from recovery.models import ActionKind, Export, HeldCopy
 from tasks import payloads
@@ -129,68 +132,137 @@ def copy_workspace(task: Task, dest: str) -> dict:
     return result
 
 
-def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = True) -> Export:
-    """Copy the workspace to the task's destination and record the outcome, in the caller's transaction.
-
-    A failure records the error and (unless a repair is retrying) opens the
-    `workspace_export` action of the run with it.
-    """
-    from recovery.actions import action_open
-
-    dest = task.export_destination
+def _copy(task: Task) -> tuple[dict, bool, str]:
+    """Copy the task's workspace to its destination: (result with counts, ok, error). Reads and writes files;
+    called with nothing locked."""
     try:
-        result = copy_workspace(task, dest)
+        result = copy_workspace(task, task.export_destination)
         ok, error = True, ""
     except ExportError as exc:
         result, ok, error = exc.result, False, str(exc)
     counts = {k: len(result.get(k, [])) for k in ("copied", "unchanged", "kept", "skipped")}
     result["counts"] = {"checked": result.get("checked", 0), **counts}
-    export = Export.objects.create(
-        task=task, run=run, destination=dest, ok=ok, error=error[:5000], result=result, repair=repair
-    )
+    return result, ok, error[:5000]
+
+
+def _recorded(export: Export, *, actor, open_action: bool) -> None:
+    """The event of a finished export and, for a failure (unless a repair is retrying), the `workspace_export`
+    action of its run. In the transaction that records the outcome."""
+    from recovery.actions import action_open
+
+    task, run = export.task, export.run
     event_append(
         org_id=task.org_id,
         task_id=task.pk,
         run_id=run.pk,
-        kind="workspace_exported" if ok else "workspace_export_failed",
+        kind="workspace_exported" if export.ok else "workspace_export_failed",
         actor=actor,
-        payload={"export": export.pk, "destination": dest, "error": error[:500], **result["counts"]},
+        payload={
+            "export": export.pk,
+            "destination": export.destination,
+            "error": export.error[:500],
+            **export.result["counts"],
+        },
     )
-    if not ok and open_action:
+    if not export.ok and open_action:
         action_open(
             run=Run.objects.select_related("task").get(pk=run.pk),
             kind=ActionKind.WORKSPACE_EXPORT,
             cause=EXPORT_FAILED,
-            evidence={"error": error, "destination": dest, "export": export.pk, **result},
+            evidence={"error": export.error, "destination": export.destination, "export": export.pk, **export.result},
             recovery_owner="role:admin",
             actor=actor,
         )
+
+
+def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = True) -> Export:
+    """Copy the workspace to the task's destination and record the outcome, in the caller's transaction (an
+    admin's Retry export). A failure records the error and, unless `open_action` is off (a repair retrying),
+    opens the `workspace_export` action of the run with it."""
+    result, ok, error = _copy(task)
+    export = Export.objects.create(
+        task=task,
+        run=run,
+        destination=task.export_destination,
+        ok=ok,
+        error=error,
+        result=result,
+        repair=repair,
+        finished_at=timezone.now(),
+    )
+    _recorded(export, actor=actor, open_action=open_action)
     return export
 
 
+def _stale_before():
+    return timezone.now() - timedelta(seconds=settings.CONSOLE_EXPORT_STALE_SECONDS)
+
+
 def runs_to_export():
-    """Succeeded runs, the latest of their task, whose task has a destination and that were never exported."""
+    """Succeeded runs, the latest of their task, whose task has a destination, and that were never exported: no
+    export of theirs finished or is being copied (a copy claimed longer ago than CONSOLE_EXPORT_STALE_SECONDS
+    and never recorded was cut off, and is taken over)."""
     latest = Run.objects.filter(task=OuterRef("task")).order_by("-id").values("pk")[:1]
+    taken = Export.objects.filter(run=OuterRef("pk")).filter(
+        Q(finished_at__isnull=False) | Q(created_at__gte=_stale_before())
+    )
     return (
         Run.objects.filter(status=RunStatus.SUCCEEDED)
         .exclude(task__export_destination="")
         .filter(pk=Subquery(latest))
-        .exclude(Exists(Export.objects.filter(run=OuterRef("pk"))))
+        .exclude(Exists(taken))
         .order_by("id")
     )
 
 
-def exports_run(limit: int = 20) -> list[int]:
-    """Supervisor duty: export each run that succeeded and was not exported yet; each in its own transaction."""
+@transaction.atomic
+def export_claim(*, run_id: int, label: str) -> Export | None:
+    """Take one run's export in a short transaction: an unfinished export row, or a stalled one taken over.
+    None when another supervisor holds it or it was exported meanwhile."""
+    qs = Run.objects.filter(pk=run_id)
+    if connection.features.has_select_for_update_skip_locked:
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    run = qs.select_related("task__org").first()
+    if run is None or not runs_to_export().filter(pk=run.pk).exists():
+        return None
+    stalled = Export.objects.filter(run=run, finished_at__isnull=True).order_by("-id").first()
+    if stalled is not None:
+        now = timezone.now()
+        taken = Export.objects.filter(pk=stalled.pk, finished_at__isnull=True, created_at=stalled.created_at)
+        if taken.update(created_at=now, claimed_by=label, destination=run.task.export_destination) != 1:
+            return None
+        stalled.refresh_from_db()
+        return stalled
+    return Export.objects.create(
+        task=run.task, run=run, destination=run.task.export_destination, ok=False, claimed_by=label
+    )
+
+
+def export_finish(*, export: Export, result: dict, ok: bool, error: str, actor) -> bool:
+    """Record a claimed export's outcome in one transaction; False when the claim was taken over meanwhile (the
+    copy that took it records instead)."""
+    with transaction.atomic():
+        mine = Export.objects.filter(pk=export.pk, finished_at__isnull=True, created_at=export.created_at)
+        if mine.update(ok=ok, error=error, result=result, finished_at=timezone.now()) != 1:
+            return False
+        export.refresh_from_db()
+        _recorded(export, actor=actor, open_action=True)
+    return True
+
+
+def exports_run(limit: int = 20, *, label: str = "supervisor") -> list[int]:
+    """Supervisor duty: export each run that succeeded and was not exported yet.
+
+    Each export is claimed in one short transaction, copied with nothing locked and no transaction open (a
+    large workspace holds no row and no pass of other work), and recorded in another.
+    """
     done = []
     for run_id in list(runs_to_export().values_list("pk", flat=True)[:limit]):
-        with transaction.atomic():
-            qs = Run.objects.filter(pk=run_id)
-            if connection.features.has_select_for_update_skip_locked:
-                qs = qs.select_for_update(skip_locked=True, of=("self",))
-            run = qs.select_related("task__org").first()
-            if run is None or Export.objects.filter(run=run).exists():
-                continue
-            export = export_run(task=run.task, run=run, actor="supervisor")
+        export = export_claim(run_id=run_id, label=label)
+        if export is None:
+            continue
+        task = Task.objects.select_related("org").get(pk=export.task_id)
+        result, ok, error = _copy(task)
+        if export_finish(export=export, result=result, ok=ok, error=error, actor="supervisor"):
             done.append(export.pk)
     return done

@@ -1300,7 +1300,9 @@ def workspace_view(state) -> WorkspaceView:
     if state.export is not None:
         x = state.export
         n = (x.result or {}).get("counts") or {}
-        if x.ok:
+        if x.finished_at is None:
+            export = (f"Exporting to {x.destination} since ", At(x.created_at), ": the copy is under way.")
+        elif x.ok:
             export = (
                 f"Exported to {x.destination} ",
                 At(x.created_at),

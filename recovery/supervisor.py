@@ -184,16 +184,17 @@ def _recover_run(run: Run) -> tuple[str, int] | None:
         return "opened", action.pk
 
 
-def supervise_once(*, label: str = "", interval: float | None = None) -> PassReport:
+def supervise_once(*, label: str = "", interval: float | None = None, exports: bool = True) -> PassReport:
     """Expire lapsed leases, recover what they left, settle actions, admit follow-ups, export what succeeded,
     purge expired checkpoints and idempotency records.
 
     Never raises for a failing duty (see `_duty`). Each pass is counted for the supervisor process `label`
-    (recovery/passes.py), with the duties that failed in it.
+    (recovery/passes.py), with the duties that failed in it. `exports=False` leaves exports to the caller:
+    `manage.py supervise` copies them in a thread of their own, so a large workspace never delays a pass.
     """
     label = label or default_label()
     started_at, clock = timezone.now(), time.monotonic()
-    report = _pass()
+    report = _pass(label=label, exports=exports)
     interval = float(settings.CONSOLE_SUPERVISE_SECONDS if interval is None else interval)
     failed = _unrecorded.setdefault(label, Counter())
     failed.update(report.failed)
@@ -293,7 +294,7 @@ def _recover(report: PassReport, budget: Budget) -> None:
             (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
 
 
-def _pass() -> PassReport:
+def _pass(*, label: str, exports: bool) -> PassReport:
     report = PassReport()
     with _duty("leases_expire", report):
         for run in leases_expire():
@@ -316,8 +317,9 @@ def _pass() -> PassReport:
         instances_prune(before=now - retention())
     with _duty("passes_prune", report):
         passes_prune(before=now - PASS_HISTORY)
-    with _duty("exports_run", report):
-        report.exported = exports_run()
+    if exports:
+        with _duty("exports_run", report):
+            report.exported = exports_run(label=label)
     if report:
         log.info("supervisor pass: %s", report)
     return report
