@@ -117,6 +117,10 @@ def _continue(facts: ItemFacts) -> Verdict:
     workspace = next((a for a in facts.actions if a.kind in WORKSPACE_KINDS), None)
     if workspace is not None:
         return Verdict(refusal="workspace_hold", detail=f"Recovery action #{workspace.id} holds the workspace.")
+    exhausted = next((a for a in facts.actions if a.status == "exhausted"), None)
+    if exhausted is not None:
+        gate = "chain_exhausted" if exhausted.cause == "chain_exhausted" else "attempts_exhausted"
+        return Verdict(refusal=gate, detail=f"Recovery action #{exhausted.id} is exhausted: it waits for an admin.")
     if facts.actions:
         return Verdict(refusal="needs_decision", detail=f"Recovery action #{facts.actions[0].id} decides it.")
     if facts.run_id is None or facts.run_status == "succeeded":

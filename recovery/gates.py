@@ -69,7 +69,7 @@ def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
     if facts.chain_length >= CHAIN_MAX_RUNS:
         return Hold(
             "chain_exhausted",
-            f"This chain already holds {facts.chain_length} runs, the most it may.",
+            f"This chain already holds {facts.chain_length} runs (verified stops not counted), the most it may.",
             "nobody: start over or close the task",
         )
     return None
