@@ -16,7 +16,7 @@ from recovery import classify as c
 from recovery import presenter, workspaces
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
-from recovery.gates import first_closed_gate
+from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
@@ -171,7 +171,7 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     if held is not None:
         raise workspaces.hold_error(held)
     live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
-    if live is not None and live.status == ActionStatus.EXHAUSTED:
+    if live is not None and live.status == ActionStatus.EXHAUSTED and live.exhaustion in BOUNDS:
         return _bound(live)
     if live is not None:
         return Continued(

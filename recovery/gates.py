@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from tasks.holds import Hold, TaskFacts, task_hold
 
 CHAIN_MAX_RUNS = 32
+# Exhaustions that bound a step's attempts: only an admin's grant admits one more (`overdue` is a deadline, not a
+# bound). Continue now, a follow-up and bulk continue are refused by them (gate `attempts_exhausted`).
+BOUNDS = ("interrupted_twice", "attempts_used", "chain_exhausted")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
-from recovery.gates import AdmissionFacts, first_closed_gate
+from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
 from tasks.errors import NotFound
@@ -254,10 +254,6 @@ def continuation_source(task: Task) -> Run | None:
         .order_by("-id")
         .first()
     )
-
-
-# Exhaustions that bound a step's attempts: only an admin's grant admits one more (overdue is a deadline, not a bound).
-BOUNDS = ("interrupted_twice", "attempts_used", "chain_exhausted")
 
 
 def recorded_exhaustion(source: Run) -> RecoveryAction | None:
