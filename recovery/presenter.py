@@ -871,7 +871,12 @@ def carried_lines(decisions, messages) -> list[Line]:
     for m in messages:
         author = m.author.username if getattr(m, "author", None) else "someone"
         body = m.body if len(m.body) <= 200 else m.body[:199] + "…"
-        state = {"delivered": "delivered", "admitted": "delivered when a worker starts it"}.get(m.status, m.status)
+        state = {
+            "admitted": "handed over when a worker starts it",
+            "delivered": "handed over at its claim; its worker has not acknowledged reading it",
+            "read": "read by the agent",
+            "not_delivered": "not delivered: the task was closed before it was read",
+        }.get(m.status, m.status)
         lines.append((f"Carries a follow-up from {author} (", At(m.created_at), "): ", Said(body), f" — {state}."))
     return lines
 
