@@ -306,3 +306,47 @@ def test_a_started_retry_is_settled_by_its_claim_and_four_supervisors_change_not
     assert e.counts() == before
     for action in actions:
         assert Event.objects.filter(kind="action_resolved", payload__action=action.pk).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_supervisors_at_once_admit_one_run_per_task_for_its_follow_ups(org, agent, operator):
+    """Follow-ups on runs that succeeded, were stopped by a person, or were handed back by a run cut off before it
+    read them: four supervisors at once admit exactly one run for each task, carrying every follow-up once."""
+    from recovery.followups import message_save
+    from tasks.models import Message
+    from tasks.services import run_request_stop
+
+    tasks = []
+    for i in range(6):
+        task = e.start(org, SAFE3, title=f"t{i}")
+        run = e.claim(e.first_run(task))
+        e.do_step(run, 1)
+        if i % 2:
+            message_save(user=operator, task=Task.objects.get(pk=task.pk), body=f"while it works {i}")
+            e.advance(run, 3)
+            e.finish(run)  # it succeeded without the follow-up: it is continued for it
+        else:
+            run_request_stop(actor=operator, run=run)
+            e.finish(run, "stopped")
+            message_save(user=operator, task=Task.objects.get(pk=task.pk), body=f"after the stop {i}")
+        tasks.append(task)
+    start = threading.Barrier(4)
+
+    def supervisor(_):
+        start.wait()
+        try:
+            return supervise_once()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(supervisor, range(4)))
+
+    for task in tasks:
+        assert Run.objects.filter(task=task).count() == 2, f"task #{task.pk} was admitted more than once"
+        (message,) = Message.objects.filter(task=task)
+        cont = Run.objects.get(task=task, continues__isnull=False)
+        assert (message.status, message.run_id) == ("admitted", cont.pk)
+    before = e.counts()
+    supervise_once()
+    assert e.counts() == before
