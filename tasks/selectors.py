@@ -135,11 +135,6 @@ def chain_runs(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[tuple
     return list(reversed(out))
 
 
-def chain_ids(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[int]:
-    """Run ids of the chain ending at `run`, oldest first (see `chain_runs`)."""
-    return [pk for pk, _ in chain_runs(run, runs_by_id)]
-
-
 def counted_runs(chain: list[tuple[int, str]]) -> int:
     """How many runs of a chain count toward its bound: a verified stop (a stop with a receipt: a person's
     Stop, a pause, the budget, closing) is not an interruption and counts against no bound."""
