@@ -46,6 +46,9 @@ MESSAGE_EVENTS = frozenset(
         "message_waiting",
         "messages_admitted",
         "messages_not_delivered",
+        "messages_read",
+        "messages_returned",
+        "messages_requeued",
         "run_claimed",
         "run_cancelled",
         "run_stopped",
@@ -68,7 +71,9 @@ def parts_for(kinds: set[str]) -> set[str]:
     parts = {"header"}
     if any(not k.startswith("step_") and not k.startswith("message") for k in kinds):
         parts.add("actions")
-    if kinds & MESSAGE_EVENTS:
+    # A waiting follow-up's reason is read from the facts now (a pause, a run's end, an action…): any change
+    # but a step's checkpoint may change it.
+    if kinds & MESSAGE_EVENTS or any(not k.startswith("step_") for k in kinds):
         parts.add("messages")
     if kinds & COMPOSER_EVENTS:
         parts.add("composer")

@@ -306,6 +306,8 @@ def _continue(request, task):
 
 
 task_continue = _task_header_action(_continue)
+# Follow-ups a closing left undelivered, offered again on the reopened task (through normal admission).
+task_messages_deliver = _task_header_action(lambda r, t: followups.messages_deliver(user=r.user, task_id=t.pk))
 # Start over: a fresh run from the beginning that reuses nothing (recovery.fresh).
 task_start_over = _task_header_action(
     lambda r, t: start_over(task_id=t.pk, user=r.user, accept_duplicate_risk=_checked(r, "accept_duplicate_risk")),

@@ -290,7 +290,21 @@ class TaskMessagesView(OperatorView):
 
         def handle():
             message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])
-            return Response(message_data(message), status=status.HTTP_201_CREATED)
+            return Response(
+                message_data(message, waiting_reason=message.waiting_reason), status=status.HTTP_201_CREATED
+            )
+
+        return idempotent(request, handle)
+
+
+class TaskMessagesDeliverView(OperatorView):
+    @extend_schema(request=None, responses={202: schemas.DeliveredOut})
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+
+        def handle():
+            ids = followups.messages_deliver(user=request.user, task_id=task_id)
+            return Response({"task": task_id, "messages": ids}, status=status.HTTP_202_ACCEPTED)
 
         return idempotent(request, handle)
 

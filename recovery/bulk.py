@@ -491,6 +491,9 @@ def _call(op: BulkOperation, item: BulkItem, task: Task, params: Params, user) -
         return Outcome(BulkResult.FAILED, "workspace_hold", held.detail)
     if done.held is not None:
         return Outcome(BulkResult.FAILED, "workspace_hold", done.held.detail)
+    if done.run is None and done.gate is not None:
+        # A bound (attempts or the chain used up): the gate, and who lifts it, as a single click is told.
+        return Outcome(BulkResult.SKIPPED, done.gate.gate, f"{done.gate.detail} Lifted by {done.gate.lifted_by}.")
     if done.run is None:
         return Outcome(BulkResult.SKIPPED, "needs_decision", done.detail)
     return Outcome(BulkResult.APPLIED, run=done.run.pk)

@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from recovery.models import RecoveryAction, SupervisorPass, SupervisorProcess
-from tasks.models import Message, Run
+from tasks.models import Run
 
 # How long passes that did something are kept for the workers page.
 PASS_HISTORY = timedelta(days=1)
@@ -59,7 +59,8 @@ def did_by_org(report) -> dict[str, dict[str, int]]:
         for what, ids in action_kinds.items():
             add([action_orgs[i] for i in ids if i in action_orgs], what)
     if report.admitted:
-        add(Message.objects.filter(pk__in=report.admitted).values_list("org_id", flat=True), "messages_admitted")
+        # `admitted` holds the runs that carry follow-ups (messages_admit returns the runs it created).
+        add(Run.objects.filter(pk__in=report.admitted).values_list("org_id", flat=True), "messages_admitted")
     if getattr(report, "exported", None):
         from recovery.models import Export
 

@@ -12,21 +12,19 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.actions import action_open, actions_settle
+from recovery.actions import action_open_for, actions_settle
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
-from recovery.models import ActionKind, ActionStatus, RecoveryAction
+from recovery.models import RecoveryAction
 from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
 from recovery.retention import checkpoints_purge, idempotency_purge, retention
-from recovery.selectors import admission_facts, diagnose
-from tasks.batches import NESTED_BASE
+from recovery.selectors import admission_facts, awaiting_recovery, diagnose
 from tasks.errors import GateClosed, NotEligible
 from tasks.models import Run, RunStatus, Task, effective_continuation
 from tasks.services import leases_expire
@@ -65,34 +63,7 @@ class PassReport:
 
 def runs_awaiting_recovery():
     """Interrupted runs, and runs stopped by a pause or the budget, that nothing has handled yet."""
-    return (
-        Run.objects.filter(
-            Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
-        )
-        .exclude(Exists(Run.objects.filter(effective_continuation(), continues=OuterRef("pk"))))
-        # A later run that continues nothing is a fresh start: the old chain is not recovered.
-        .exclude(Exists(Run.objects.filter(task=OuterRef("task"), pk__gt=OuterRef("pk"), continues__isnull=True)))
-        .filter(actions__isnull=True)
-        .exclude(task__status__in=("done", "cancelled"))
-        .select_related("task__agent__profile", "agent")
-        .order_by("id")
-    )
-
-
-def _blocking_cause(diagnosis) -> str:
-    codes = [r.code for r in diagnosis.reasons]
-    if diagnosis.disposition == c.CORRUPT:
-        return "corrupt_checkpoint"
-    for code in c.UNAVAILABLE:  # recovery unavailable: what remains is start over or cancel
-        if code in codes:
-            return code
-    if diagnosis.disposition == c.EXHAUSTED:
-        return codes[0]
-    if "unknown_outcome" in codes:
-        return "unknown_outcome"
-    if "step_failed" in codes:
-        return "step_failed"
-    return codes[0] if codes else "needs_decision"
+    return awaiting_recovery().select_related("task__agent__profile", "agent").order_by("id")
 
 
 def recover_run(run: Run, budget: Budget | None = None) -> tuple[str, int] | None:
@@ -133,54 +104,10 @@ def _recover_run(run: Run) -> tuple[str, int] | None:
                 # The workspace differs from its manifest: the continuation was refused, an action lists why.
                 return "opened", workspaces.refusal_of(cont).extra["action"]
             return "continued", cont.pk
-        evidence = {
-            "disposition": diagnosis.disposition,
-            "reasons": [r.as_dict() for r in diagnosis.reasons],
-            "run_status": run.status,
-            "error_code": run.error_code,
-            "error_detail": run.error_detail,
-        }
-        exhaustion = ""
         if diagnosis.disposition == c.AUTO_RESUMABLE:
-            cause = "auto_resume_off"
-            kind, seq, owner, status = ActionKind.CONTINUATION, None, "role:operator", ActionStatus.OPEN
+            action = action_open_for(run, diagnosis, cause="auto_resume_off")
         else:
-            cause = _blocking_cause(diagnosis)
-            if cause in c.UNAVAILABLE:
-                evidence["remaining"] = ["start_over", "cancel"]
-            unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
-            if diagnosis.disposition == c.NEEDS_DECISION and cause == "unknown_outcome" and unknown:
-                seq = unknown[0].seq
-                step = run.steps.get(seq=seq)
-                evidence.update(
-                    {
-                        "seq": seq,
-                        "tool": step.tool,
-                        "args": step.args,
-                        "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
-                        "recovery_mode": step.recovery_mode,
-                    }
-                )
-                if step.parent_seq is not None:  # a batch item or a subagent's call: say which
-                    evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
-                kind = ActionKind.UNKNOWN_OUTCOME
-            else:
-                seq = next((r.seq for r in diagnosis.reasons if r.seq is not None), None)
-                kind = ActionKind.CONTINUATION
-            exhausted = diagnosis.disposition == c.EXHAUSTED
-            owner = "role:admin" if exhausted else "role:operator"
-            status = ActionStatus.EXHAUSTED if exhausted else ActionStatus.OPEN
-            exhaustion = cause if exhausted else ""
-        action = action_open(
-            run=run,
-            kind=kind,
-            cause=cause,
-            evidence=evidence,
-            seq=seq,
-            recovery_owner=owner,
-            status=status,
-            exhaustion=exhaustion,
-        )
+            action = action_open_for(run, diagnosis)
         return "opened", action.pk
 
 

@@ -149,16 +149,28 @@ def iso(value) -> str | None:
 # --- presenters ----------------------------------------------------------------
 
 
-def message_data(message: Message) -> dict:
+def message_data(message: Message, *, waiting_reason: str | None = None) -> dict:
+    """A follow-up as the operator API shows it. `waiting_reason`, when given, is the reason derived from the
+    facts now (recovery.followups); the saved column is only the last one the supervisor recorded."""
     return {
         "id": message.pk,
         "body": message.body,
-        "author": message.author.username if message.author_id and message.author else None,
+        "author": _author(message),
         "created_at": iso(message.created_at),
         "status": message.status,
-        "waiting_reason": message.waiting_reason,
+        "waiting_reason": message.waiting_reason if waiting_reason is None else waiting_reason,
         "run": message.run_id,
+        "read_at": iso(message.read_at),
     }
+
+
+def _author(message: Message) -> str | None:
+    return message.author.username if message.author_id and message.author else None
+
+
+def claimed_message(message: Message) -> dict:
+    """A follow-up as a claim hands it to the worker (API.md: `{"id", "author", "created_at", "body"}`)."""
+    return {"id": message.pk, "author": _author(message), "created_at": iso(message.created_at), "body": message.body}
 
 
 def step_data(step: Step) -> dict:
@@ -185,7 +197,7 @@ def claim_data(run: Run) -> dict:
         {"seq": s.seq, "result": s.result, "ok": s.phase == "completed", "error": s.error or None}
         for s in run.steps.filter(reused_from__isnull=False).order_by("seq").only("seq", "result", "phase", "error")
     ]
-    messages = [message_data(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
+    messages = [claimed_message(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
     return {
         "run": run.pk,
         "task": run.task_id,
@@ -363,6 +375,24 @@ class FinishView(RunnerView):
                     "stop_receipt": run.stop_receipt,
                 }
             )
+
+        return idempotent(request, handle)
+
+
+class MessagesAckView(RunnerView):
+    class MessagesAckInputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        ids = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=services.MAX_ACK_IDS)
+
+    @extend_schema(request=MessagesAckInputSerializer, responses=schemas.MessagesAckOut)
+    def post(self, request, run_id: int):
+        data = self.MessagesAckInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            read = services.messages_ack(worker=request.user, run_id=run_id, epoch=v["epoch"], ids=v["ids"])
+            return Response({"acknowledged": read})
 
         return idempotent(request, handle)
 

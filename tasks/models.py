@@ -337,13 +337,21 @@ class Step(models.Model):
 class MessageStatus(models.TextChoices):
     WAITING = "waiting"
     ADMITTED = "admitted"
+    # Handed to its run at the claim; not yet acknowledged by the worker.
     DELIVERED = "delivered"
-    # The task was closed before the message reached a run: kept and shown, never silently dropped.
+    # Acknowledged by the run it was handed to (`read_at`): only now has the agent had it.
+    READ = "read"
+    # The task was closed before the message was read: kept and shown, never silently dropped.
     NOT_DELIVERED = "not_delivered"
 
 
+# A message handed to a run that then finished its work without acknowledging it is carried once more;
+# after that second hand-over it stays delivered to the last run (the worker does not acknowledge follow-ups).
+MAX_HANDOVERS_UNREAD = 2
+
+
 class Message(models.Model):
-    """A follow-up a person wrote on a task; delivered to exactly one run."""
+    """A follow-up a person wrote on a task; read by exactly one run (its acknowledgement)."""
 
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="messages")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
@@ -352,6 +360,9 @@ class Message(models.Model):
     status = models.CharField(max_length=16, choices=MessageStatus.choices, default=MessageStatus.WAITING)
     waiting_reason = models.CharField(max_length=200, blank=True)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    # How many runs it was handed to at their claim, and when the run that has it acknowledged reading it.
+    handovers = models.PositiveSmallIntegerField(default=0)
+    read_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -362,7 +373,13 @@ class Message(models.Model):
                 condition=Q(status__in=(MessageStatus.WAITING, MessageStatus.NOT_DELIVERED)) | Q(run__isnull=False),
                 name="message_admitted_has_run",
             ),
+            models.CheckConstraint(
+                condition=Q(status=MessageStatus.READ, read_at__isnull=False)
+                | (~Q(status=MessageStatus.READ) & Q(read_at__isnull=True)),
+                name="message_read_has_time",
+            ),
         ]
+        indexes = [models.Index(fields=["task", "status"], name="message_task_status")]
 
 
 class Event(models.Model):

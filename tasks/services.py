@@ -22,6 +22,7 @@ from tasks.export_roots import destination_refusal
 from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
+    MAX_HANDOVERS_UNREAD,
     Agent,
     Message,
     MessageStatus,
@@ -218,6 +219,9 @@ def _open_sources(status: str) -> tuple[str, ...]:
 
 def _task_status_after(run: Run) -> str:
     if run.status == RunStatus.SUCCEEDED:
+        # A follow-up that waits is work the task still owes: its next run carries it, so it is not done yet.
+        if Message.objects.filter(task_id=run.task_id, status=MessageStatus.WAITING).exists():
+            return TaskStatus.IN_PROGRESS
         return TaskStatus.DONE
     if run.status in LEASED_RUN_STATUSES or run.status == RunStatus.QUEUED:
         return TaskStatus.IN_PROGRESS
@@ -343,12 +347,7 @@ def _take(run: Run, worker: Worker, label: str) -> bool:
     ):
         return False
     _task_follows_claim(run.task, now)
-    # Follow-ups reach the agent with the claim of the continuation they were admitted into.
-    delivered = []
-    if run.continues_id is not None:
-        delivered = MESSAGES.move_all(
-            Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
-        )
+    delivered = messages_hand_over(run)
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -365,6 +364,27 @@ def _take(run: Run, worker: Worker, label: str) -> bool:
     )
     _claimed(run)
     return True
+
+
+def messages_hand_over(run: Run) -> list[int]:
+    """Follow-ups reach the agent with the claim of the task's next run, inside the claim's transaction.
+
+    The ones admitted into this run, and every one still waiting on the task (written while another run
+    worked, or returned by a run that ended without reading it): whatever run of the task starts next
+    carries them, a first run and a fresh start included. They are `delivered` (handed over) now and
+    `read` only once the run acknowledges them.
+    """
+    # One live run per task: every follow-up admitted on the task was admitted into this run.
+    return sorted(
+        MESSAGES.move_all(
+            Message.objects.filter(task_id=run.task_id),
+            MessageStatus.DELIVERED,
+            expect=(MessageStatus.ADMITTED, MessageStatus.WAITING),
+            run=run,
+            waiting_reason="",
+            handovers=F("handovers") + 1,
+        )
+    )
 
 
 def _claimed(run: Run) -> None:
@@ -445,6 +465,35 @@ def _held_step(*, worker: Worker, run_id: int, epoch, seq, related: tuple[str, .
         raise NotFound(f"Run #{run.pk} has no step {seq}.")
     _check_held(step.run, worker=worker, run_id=run_id, epoch=epoch)
     return step
+
+
+MAX_ACK_IDS = 1_000
+
+
+@transaction.atomic
+def messages_ack(*, worker: Worker, run_id: int, epoch, ids) -> list[int]:
+    """The run acknowledges the follow-ups it was handed: each becomes `read` (with `read_at`), once.
+
+    Fenced by the lease like every runner write. Returns the ids of the run's messages that are read,
+    in the order they were written: a repeated acknowledgement returns the same ids and changes nothing.
+    An id that is not a follow-up handed to this run is left out (another run's, another task's, unknown).
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if not isinstance(ids, list) or len(ids) > MAX_ACK_IDS or not all(_is_id(i) for i in ids):
+        raise Invalid(f"`ids` must be a list of at most {MAX_ACK_IDS} message ids.", field="ids")
+    mine = Message.objects.filter(run=run, pk__in=set(ids))
+    now = timezone.now()
+    read = MESSAGES.move_all(mine, MessageStatus.READ, expect=MessageStatus.DELIVERED, read_at=now, waiting_reason="")
+    if read:
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="messages_read",
+            actor=worker,
+            payload={"messages": sorted(read)},
+        )
+    return list(mine.filter(status=MessageStatus.READ).order_by("created_at", "id").values_list("pk", flat=True))
 
 
 @transaction.atomic
@@ -855,7 +904,6 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
         **fields,
     )
     run.refresh_from_db()
-    task_status_follows(run.task_id, _task_status_after(run))
     if run.started_at is None:
         # Follow-ups admitted into a run no worker started were never delivered: they wait again.
         MESSAGES.move_all(
@@ -865,8 +913,59 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
             run=None,
             waiting_reason=f"Waiting: run #{run.pk} was {run.status} before any worker started it.",
         )
+    else:
+        _unread_messages_return(run, actor=actor)
+    task_status_follows(run.task_id, _task_status_after(run))
     lifecycle.run_ended(run)
     return run
+
+
+def _unread_messages_return(run: Run, *, actor) -> None:
+    """Follow-ups handed to `run` that it ended without acknowledging, settled in its end's transaction.
+
+    On a closed task they are not delivered (kept and shown). Otherwise a run cut off or stopped before
+    reading them gives them back: the next run of the task carries them again. A run that finished its
+    work (failed, succeeded) without reading them gives them back once; after a second such hand-over
+    they stay delivered to that run: its worker does not acknowledge follow-ups.
+    The task's row is locked first, so a follow-up saved meanwhile is seen by the task's status after.
+    """
+    status = Task.objects.select_for_update().filter(pk=run.task_id).values_list("status", flat=True).first()
+    unread = Message.objects.filter(run=run, status=MessageStatus.DELIVERED)
+    if status in (TaskStatus.DONE, TaskStatus.CANCELLED):
+        gone = MESSAGES.move_all(
+            unread,
+            MessageStatus.NOT_DELIVERED,
+            expect=MessageStatus.DELIVERED,
+            waiting_reason=f"Not delivered: the task was closed before run #{run.pk} read it.",
+        )
+        if gone:
+            event_append(
+                org_id=run.org_id,
+                task_id=run.task_id,
+                run_id=run.pk,
+                kind="messages_not_delivered",
+                actor=actor,
+                payload={"messages": gone, "reason": "task closed"},
+            )
+        return
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        unread = unread.filter(handovers__lt=MAX_HANDOVERS_UNREAD)
+    back = MESSAGES.move_all(
+        unread,
+        MessageStatus.WAITING,
+        expect=MessageStatus.DELIVERED,
+        run=None,
+        waiting_reason=f"Waiting: run #{run.pk} ended ({run.status}) before reading it; the next run carries it.",
+    )
+    if back:
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="messages_returned",
+            actor=actor,
+            payload={"messages": back, "status": run.status},
+        )
 
 
 @transaction.atomic

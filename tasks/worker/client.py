@@ -152,6 +152,10 @@ class RunnerClient:
         body = {"epoch": epoch, "title": title, "input": input, "agent": agent}
         return self._post(f"/api/runner/runs/{run}/tasks/", body) or {}
 
+    def ack(self, run: int, epoch: int, ids: list[int]) -> dict:
+        """Acknowledge the follow-ups the claim handed over: from now on they are read by this run."""
+        return self._post(f"/api/runner/runs/{run}/messages/ack/", {"epoch": epoch, "ids": ids}) or {}
+
     def dispatch(self, run: int, epoch: int, seq: int) -> dict:
         return self._post(f"/api/runner/runs/{run}/steps/{seq}/dispatch/", {"epoch": epoch}) or {}
 

@@ -212,7 +212,8 @@ class RunExecutor:
         self.reused = _reused(claim)
         # Unfinished calls whose recovery mode drops them: the continuation skips them.
         self.dropped = {d["seq"] for d in claim.get("dropped") or [] if isinstance(d, Mapping) and "seq" in d}
-        # Follow-ups from people; a scripted plan has no use for them yet, an LLM agent would.
+        # Follow-ups from people; a scripted plan has no use for them, an LLM agent would. The worker has them
+        # either way, so it acknowledges them (`_acknowledge`): only then does the console call them read.
         self.messages: list[Any] = list(claim.get("messages") or [])
         self.workspace: str | None = claim.get("workspace")
         self.last_result: Any = None
@@ -230,7 +231,17 @@ class RunExecutor:
             log.error("run %s: runner API error, abandoning the run: %s", self.run, exc)
             return Outcome.ABANDONED
 
+    def _acknowledge(self) -> None:
+        """Tell the console the follow-ups handed over with the claim were received (fenced by the lease)."""
+        ids = [m["id"] for m in self.messages if isinstance(m, Mapping) and isinstance(m.get("id"), int)]
+        if not ids:
+            return
+        self.faults.check("before_ack", 1, self.attempt, on_hang=self.heartbeat.halt)
+        reply = self.client.ack(self.run, self.epoch, ids)
+        log.info("run %s: follow-up(s) %s acknowledged", self.run, reply.get("acknowledged", ids))
+
     def _execute(self) -> Outcome:
+        self._acknowledge()
         if not self.workspace:
             return self._finish(Outcome.FAILED, "no_workspace", "The claim named no workspace directory.")
         if not os.path.isabs(self.workspace) or not os.path.isdir(self.workspace):

@@ -157,7 +157,9 @@ def test_a_hand_edit_after_a_crash_is_listed_with_its_diff_reconcile_adopts_it_a
     assert task.status == "done"
 
 
-def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_in_a_clean_copy(org, agent, admin_api):
+def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_in_a_clean_copy(
+    org, agent, admin_api, admin_user
+):
     task = e.start(
         org,
         [
@@ -203,6 +205,14 @@ def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_i
     assert HeldCopy.objects.filter(task=task, reason="reissue", path=str(old_workspace)).exists()
     action.refresh_from_db()
     assert action.status == "resolved" and action.resolution == "reissued"
+    # Before the supervisor's next pass the task and its row say what is about to happen (issue 20, item 4).
+    page = Client()
+    page.force_login(admin_user)
+    header = visible_text(outer_html(page.get(f"/tasks/{task.pk}/").content.decode(), f"task-{task.pk}"))
+    row = visible_text(outer_html(page.get("/?state=all").content.decode(), f"task-{task.pk}"))
+    for words in (header, row):
+        assert "Nothing is scheduled" not in words, words
+        assert f"Run #{source.pk} is taken up by the supervisor on its next pass" in words, words
 
     supervise_once()
     continuation = Run.objects.get(continues=source, status="queued")
