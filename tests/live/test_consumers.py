@@ -367,7 +367,9 @@ async def test_a_task_made_private_stops_reaching_other_members_task_page(org, a
     try:
         await database_sync_to_async(type(task).objects.filter(pk=task.pk).update)(private=True)
         code, sent = await close_code(page, timeout=5)
-        assert code == 4403 and sent == []
+        # Nothing of the task reaches the colleague; the header's warnings, sent to every page once it connected,
+        # may still be on their way.
+        assert code == 4403 and [m for m in sent if 'id="ops-alerts"' not in m] == []
     finally:
         await page.disconnect()
 
