@@ -272,6 +272,7 @@ class Run:
         self._deadline = float(claim.get("_sent", time.monotonic())) + self._lease_seconds
         self._heartbeat_seconds = float(claim.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         self._halt = threading.Event()
+        self._finishing = False
         self._beat: threading.Thread | None = None
 
     def __repr__(self) -> str:
@@ -304,6 +305,15 @@ class Run:
                     self._write(lambda give_up: self.console.ack(self.id, self.epoch, ids, give_up=give_up))
                 self._messages = messages
             return list(self._messages)
+
+    @property
+    def replaying(self) -> bool:
+        """True while the next step is a saved one (or a notice). An agent adds new input to its conversation
+        (the follow-ups of `messages`) only once replay is over, so the saved turns' requests stay the same."""
+        with self._lock:
+            following = self._seq + 1
+            saved = self._saved.get(following)
+            return (saved is not None and saved.get("parent_seq") is None) or following in self._notices
 
     @property
     def saved_steps(self) -> int:
@@ -605,6 +615,7 @@ class Run:
         }
         log.warning("run %s step %d: diverged: saved %s, asked %s", self.id, seq, saved_tool, tool)
         self._ended = "diverged"
+        self._finishing = True
         detail = (
             f"Step {seq}: the agent asked for {_call_words(tool, payloads.decode(wire))} where the saved step is "
             f"{_call_words(saved_tool, payloads.decode(saved_args))}; nothing was run."
@@ -722,7 +733,7 @@ class Run:
                     self.id, self.epoch, give_up=lambda: self._halt.is_set() or not self.lease_live
                 )
             except LeaseLost as exc:
-                if not self._halt.is_set():
+                if not self._halt.is_set() and not self._finishing:
                     log.warning("run %s: lease is stale (%s); abandoning the run", self.id, exc.detail)
                     self._mark_lost()
                 return
@@ -760,6 +771,8 @@ class Run:
             if self._ended == "finished":
                 raise RuntimeError(f"run {self.id} is already finished")
             wire = payloads.encode(output) if output is not None else None
+            # A heartbeat crossing the finish is refused once the run ended: that is no lost lease.
+            self._finishing = True
             reply = self._write(
                 lambda give_up: self.console.finish(
                     self.id, self.epoch, status, error_code=error_code, detail=detail, output=wire, give_up=give_up
