@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.actions import action_open, actions_settle
+from recovery.actions import action_open, actions_settle, handovers_run
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit
@@ -194,7 +194,10 @@ def _pass() -> PassReport:
         outcome = recover_run(run)
         if outcome is not None:
             (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
+    # An agent whose setting says `tell_agent` is handed its unknown outcomes with no person (DESIGN §13).
+    handed = handovers_run()
     report.settled = actions_settle()
+    report.settled["handed"] = handed
     report.admitted = messages_admit()
     report.purged = checkpoints_purge()
     now = timezone.now()
