@@ -110,29 +110,21 @@ def _call_words(tool: str, args: Any, limit: int = 160) -> str:
 
 
 def notice_text(tool: str, args: Any, decision: str, decided_by: str | None, note: str) -> str:
+    """The sentence for the model, when the console did not send its own (`notices[*].text`)."""
     call = _call_words(tool, args)
     note = (note or "").strip()
     if decision == "performed":
-        who = f"A person ({decided_by})" if decided_by else "A person"
-        return (
-            f"{who} recorded that this call ({call}) happened"
-            + (f": {note}" if note else ".")
-            + ("" if not note or note.endswith((".", "!", "?")) else ".")
+        return f"A person ({decided_by or 'someone'}) recorded that this call ({call}) happened" + (
+            f": {note}" if note else "."
         )
-    if decision == "agent_verifies":
-        text = (
-            f"This call ({call}) was interrupted and its outcome is unknown; "
-            "verify the current state before repeating it."
-        )
-        if note:
-            text += f" A note from {decided_by or 'the console'}: {note}"
-        return text
     if decision == "dropped":
         return (
-            f"This call ({call}) was interrupted and dropped without a result (its tool's recovery mode is forget); "
-            "its outcome is unknown. Call it again if it is still needed."
+            f"This call ({call}) was interrupted and dropped by its recovery mode; it may or may not have happened "
+            "and it is not run again unless you ask for it anew."
         )
-    return f"This call ({call}) has no saved result ({decision})" + (f": {note}" if note else ".")
+    return (
+        f"This call ({call}) was interrupted and its outcome is unknown; verify the current state before repeating it."
+    )
 
 
 def _usage(result: Any) -> int | dict:
@@ -598,7 +590,8 @@ class Run:
             decided_by=decided_by,
             decided_at=item.get("decided_at"),
             note=note,
-            text=notice_text(tool, args, decision, decided_by, note),
+            # The console's own sentence when it sends one: the card then says exactly what the model was told.
+            text=item.get("text") or notice_text(tool, args, decision, decided_by, note),
         )
 
     def _compare(self, seq: int, saved: Mapping[str, Any], tool: str, wire: Any) -> None:
