@@ -418,6 +418,10 @@ class Run:
                 if self._saved_entry(p.seq) is not None:
                     self._settle_plan_locked(p.seq)
 
+    async def aplan_ahead(self, calls: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """`plan_ahead` for async agents."""
+        await asyncio.to_thread(self.plan_ahead, list(calls))
+
     # --- inside a step --------------------------------------------------------------------------------------
 
     def _model_args(self, name: str, request: Any) -> dict:
