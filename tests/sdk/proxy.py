@@ -120,8 +120,8 @@ class Proxy:
                 end = answer.find(b"\r\n\r\n")
                 reply_first, reply_pairs = _headers(answer[: end + 4])
                 conn.sendall(_rebuild(reply_first, reply_pairs) + answer[end + 4 :])
-            except OSError:
-                return
+            except (OSError, ValueError, IndexError):
+                return  # a client or console that went away mid-request: the connection just ends
 
     def _forward(self, request: bytes) -> bytes:
         with socket.create_connection(self.upstream, timeout=30) as up:

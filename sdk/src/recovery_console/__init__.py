@@ -25,6 +25,7 @@ from recovery_console.errors import (
     ShuttingDown,
     StepFailed,
     StopRequested,
+    ToolError,
 )
 from recovery_console.run import Message, Notice, Run
 from recovery_console.serve import Outcome, execute, serve
@@ -46,6 +47,7 @@ __all__ = [
     "StepFailed",
     "StopRequested",
     "Tool",
+    "ToolError",
     "execute",
     "serve",
     "tool",

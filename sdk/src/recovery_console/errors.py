@@ -12,6 +12,7 @@
 - `Refused`: the console refused a request for a reason of its own (`code`, `detail`, the whole body).
 - `Interrupted`: raised by a long call that gave up because `run.cancel` (or `run.abandon`) was set; its step
   records no outcome (it stays dispatched, and recovery treats it by its tool's mode).
+- `ToolError`: raised by a call, its message is the step's saved error as it is.
 - `RunFailed`: raised by an agent function to end its run `failed` with an error code of its choosing.
 - `ConsoleUnavailable`: the console did not answer (transport errors, 502/503/504) within the time retries had.
 """
@@ -33,11 +34,19 @@ class LeaseLost(ConsoleError):
 
 
 class StopRequested(ConsoleError):
-    def __init__(self, run: int | None = None, seq: int | None = None) -> None:
+    def __init__(self, run: int | None = None, seq: int | None = None, *, during: str | None = None) -> None:
         self.run = run
         self.seq = seq
-        where = f" before step {seq}" if seq is not None else ""
-        super().__init__(f"run {run}: stop requested; stopped{where}")
+        self.during = during  # the tool whose call the stop cut short, if it did
+        super().__init__(f"run {run}: stop requested; {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        if self.seq is None:
+            return "Stopped on request."
+        if self.during:
+            return f"Stopped on request during step {self.seq} ({self.during})."
+        return f"Stopped on request before step {self.seq}."
 
 
 class ShuttingDown(ConsoleError):
@@ -75,6 +84,7 @@ class Refused(ConsoleError):
         self.detail = detail
         self.status = status
         self.body = body if body is not None else {}
+        self.during: str | None = None  # which write of a step was refused: plan | dispatch | complete
         super().__init__(f"{status} {code}: {detail}".strip())
 
     @property
@@ -93,6 +103,19 @@ class Interrupted(ConsoleError):
     """A call cut short on purpose (a stop request, a lost lease, the worker's drain time): no outcome is saved."""
 
 
+class ToolError(Exception):
+    """Raise from a call to fail its step with exactly this message (other exceptions are saved as
+    `"<ExceptionType>: <message>"`); `result`, if given, is saved with the failure (e.g. a batch's partial
+    results)."""
+
+    def __init__(self, message: str = "", *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+# What a step's call may not turn into a failed step: they end the run's work, not the call.
+
+
 class RunFailed(ConsoleError):
     """Raise from an agent function to finish the run `failed` with `error_code` and `detail`."""
 
@@ -100,3 +123,8 @@ class RunFailed(ConsoleError):
         self.error_code = error_code
         self.detail = detail
         super().__init__(f"{error_code}: {detail}" if detail else error_code)
+
+
+# What a step's call may not turn into a failed step: they end the run's work, not the call (a step nested
+# in the call ended it, or the agent gave up the run); the call records nothing either.
+CONTROL = (LeaseLost, StopRequested, ShuttingDown, Diverged, RunFailed)

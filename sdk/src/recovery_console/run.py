@@ -31,6 +31,7 @@ from typing import Any
 from recovery_console import payloads
 from recovery_console.client import MAX_RESULT_BYTES, Console, json_size
 from recovery_console.errors import (
+    CONTROL,
     ConsoleUnavailable,
     Diverged,
     Interrupted,
@@ -39,6 +40,7 @@ from recovery_console.errors import (
     ShuttingDown,
     StepFailed,
     StopRequested,
+    ToolError,
 )
 
 log = logging.getLogger("recovery_console")
@@ -242,9 +244,10 @@ class Run:
         for item in claim.get("notices") or []:
             if isinstance(item, Mapping) and isinstance(item.get("seq"), int):
                 self._notices[item["seq"]] = item
-        self._dropped = {
+        # A scripted plan's unfinished calls that their recovery mode drops (agent runs get notices instead).
+        self.dropped = frozenset(
             d["seq"] for d in claim.get("dropped") or [] if isinstance(d, Mapping) and isinstance(d.get("seq"), int)
-        }
+        )
         self._raw_messages = [m for m in claim.get("messages") or [] if isinstance(m, Mapping)]
         self._messages: list[Message] | None = None
 
@@ -330,6 +333,32 @@ class Run:
         if isinstance(begun, _Replay):
             return begun.value
         return self._end(begun, *self._call(begun, call, args))
+
+    def step(
+        self,
+        seq: int,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        call: Callable | None = None,
+        *,
+        parent_seq: int | None = None,
+        files: list[str] | None = None,
+    ):
+        """`tool` with the step's number given: a scripted plan's position, or a call nested under step
+        `parent_seq` (numbered `parent_seq * 100000 + i`). Saved steps are replayed and compared the same way."""
+        tool, call = _tool_and_call(tool, call)
+        args = {} if args is None else args
+        if parent_seq is None:
+            with self._lock:
+                self._seq = max(self._seq, seq)
+        begun = self._begin(seq, tool, args, parent_seq, files)
+        if isinstance(begun, _Replay):
+            return begun.value
+        return self._end(begun, *self._call(begun, call, args))
+
+    def saved(self, seq: int) -> Mapping[str, Any] | None:
+        """The saved step `seq` this continuation carries (`result`, `ok`, `error`, `tool`, `args`), if any."""
+        return self._saved.get(seq)
 
     def model(self, name: str, request: Any, call: Callable | None = None):
         """One model turn as a checkpointed step: `call(request)` returns the model's response.
@@ -466,21 +495,21 @@ class Run:
                 if saved is not None:
                     return _Replay(self._replayed(seq, tool, saved))
                 return _Replay(self._notice(seq, notice))
-            if parent_seq is None and seq in self._dropped:
-                # A scripted plan's step dropped by its mode (a plan run's claim says so): it is not run.
-                log.info("run %s step %d %s: dropped by its recovery mode", self.id, seq, tool)
-                return _Replay(None)
             if self._planned_step(seq) is None:
                 self._wait_plan_turn(seq, parent_seq)
+                run, epoch = self.id, self.epoch
                 reply = self._write(
-                    lambda give_up: self.console.plan(self.id, self.epoch, seq, tool, wire, parent_seq, give_up=give_up)
+                    lambda give_up: self.console.plan(run, epoch, seq, tool, wire, parent_seq, give_up=give_up),
+                    during="plan",
                 )
                 if parent_seq is None:
                     self._settle_plan(seq)
                 log.info("run %s step %d %s: planned (%s)", self.id, seq, tool, reply.get("recovery_mode", "?"))
             self._hook("after_plan", seq)
             try:
-                self._write(lambda give_up: self.console.dispatch(self.id, self.epoch, seq, give_up=give_up))
+                self._write(
+                    lambda give_up: self.console.dispatch(self.id, self.epoch, seq, give_up=give_up), during="dispatch"
+                )
             except Refused as exc:
                 if exc.reason == "stop_requested":
                     log.info("run %s step %d: not dispatched, stop requested", self.id, seq)
@@ -499,6 +528,8 @@ class Run:
     def _call(self, begun: _Begun, call: Callable | None, value: Any) -> tuple[bool, Any, BaseException | None]:
         try:
             return True, _invoke(call, value), None
+        except CONTROL:
+            raise  # a step nested in this call ended the run's work: this call records nothing either
         except Exception as exc:
             return False, None, exc
 
@@ -508,19 +539,22 @@ class Run:
             if inspect.isawaitable(result):
                 result = await result
             return True, result, None
+        except CONTROL:
+            raise
         except Exception as exc:
             return False, None, exc
 
     def _end(self, begun: _Begun, ok: bool, result: Any, exc: BaseException | None):
         """After the call: record its outcome (or nothing, when it was interrupted or the lease is gone)."""
         seq, tool = begun.seq, begun.tool
+        kept = None
         self._hook("before_complete", seq)
         if isinstance(exc, Interrupted):
             # Cut short: no outcome is recorded; the step stays dispatched and recovery decides by its mode.
             self._check_lease()
             if self.stop_requested.is_set():
                 self._ended = "stopped"
-                raise StopRequested(self.id, seq) from exc
+                raise StopRequested(self.id, seq, during=tool) from exc
             if self.abandon.is_set() or self.shutdown.is_set():
                 log.warning(
                     "run %s step %d %s: abandoned by the worker's shutdown; no outcome recorded, the lease will lapse",
@@ -543,22 +577,40 @@ class Run:
                     wire, too_large = None, True
         else:
             error = _error_text(exc)
-        usage = _usage(result) if ok else 1
+            kept = exc.result if isinstance(exc, ToolError) else None
+            if kept is not None:
+                try:
+                    wire = payloads.encode(kept)
+                except payloads.PayloadError:
+                    kept = None
+        usage = _usage(result) if ok else (_usage(kept) if kept is not None else 1)
         files = begun.files if ok else None
-        reply = self._write(
-            lambda give_up: self.console.complete(
-                self.id,
-                self.epoch,
-                seq,
-                ok=ok,
-                result=wire,
-                error=error,
-                usage=usage,
-                files=files,
-                result_too_large=too_large,
-                give_up=give_up,
+
+        def complete(wire: Any, too_large: bool) -> dict:
+            return self._write(
+                lambda give_up: self.console.complete(
+                    self.id,
+                    self.epoch,
+                    seq,
+                    ok=ok,
+                    result=wire,
+                    error=error,
+                    usage=usage,
+                    files=files,
+                    result_too_large=too_large,
+                    give_up=give_up,
+                ),
+                during="complete",
             )
-        )
+
+        try:
+            reply = complete(wire, too_large)
+        except Refused as refused:
+            if refused.status != 413 or wire is None:
+                raise
+            log.warning("run %s step %d: result too large to checkpoint; completing without it", self.id, seq)
+            wire, too_large = None, True
+            reply = complete(None, True)
         if ok:
             log.info("run %s step %d %s: completed %s", self.id, seq, tool, _short(wire))
         else:
@@ -688,10 +740,13 @@ class Run:
     def lease_live(self) -> bool:
         return not self._lost.is_set() and time.monotonic() < self._deadline
 
-    def _write(self, send: Callable[[Callable[[], bool]], Any]) -> Any:
+    def _write(self, send: Callable[[Callable[[], bool]], Any], *, during: str | None = None) -> Any:
         """A write for this run, retried (same key) while its lease is live; a lapse or 409 is `LeaseLost`."""
         try:
             return send(lambda: not self.lease_live)
+        except Refused as exc:
+            exc.during = during
+            raise
         except LeaseLost as exc:
             log.warning("run %s: lease is stale (%s); abandoning the run", self.id, exc.detail)
             self._mark_lost()
@@ -715,8 +770,11 @@ class Run:
             self._beat = threading.Thread(target=self._heartbeat, name=f"heartbeat-run-{self.id}", daemon=True)
             self._beat.start()
 
-    def stop_heartbeat(self) -> None:
+    def stop_heartbeat(self, wait: float = 0.0) -> None:
+        """Stop renewing the lease; with `wait`, give a renewal in flight that long to end."""
         self._halt.set()
+        if wait and self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join(wait)
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -734,7 +792,9 @@ class Run:
                     log.warning("run %s: lease is stale (%s); abandoning the run", self.id, exc.detail)
                     self._mark_lost()
                 return
-            except (ConsoleUnavailable, Refused) as exc:
+            except Exception as exc:  # the heartbeat thread never dies with a traceback (e.g. a closed client)
+                if self._halt.is_set():
+                    return
                 log.warning("run %s: heartbeat failed: %s", self.id, exc)
                 if not self.lease_live:
                     log.warning("run %s: no renewal for a lease period; treating it as lost", self.id)
@@ -832,6 +892,8 @@ def _error_text(exc: BaseException | None) -> str:
         return "failed"
     if isinstance(exc, StepFailed):
         return exc.error
+    if isinstance(exc, ToolError):
+        return str(exc) or type(exc).__name__
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -96,7 +96,7 @@ def execute(
     try:
         return conclude(run, fn)
     finally:
-        run.stop_heartbeat()
+        run.stop_heartbeat(wait=2.0)
 
 
 def conclude(run: Run, fn: Callable[[Run], Any]) -> Outcome:
@@ -112,8 +112,12 @@ def conclude(run: Run, fn: Callable[[Run], Any]) -> Outcome:
     except ShuttingDown:
         log.info("run %s: left to its lease (the worker is shutting down)", run.id)
         return Outcome.SHUTDOWN
+    except ConsoleUnavailable as exc:
+        # Nothing can be written now: the lease lapses and the supervisor classifies what was saved.
+        log.error("run %s: the console did not answer, abandoning the run: %s", run.id, exc)
+        return Outcome.ABANDONED
     except StopRequested as exc:
-        return _stopped(run, exc.seq)
+        return _finish(run, Outcome.STOPPED, detail=exc.detail)
     except RunFailed as exc:
         return _finish(run, Outcome.FAILED, error_code=exc.error_code, detail=exc.detail)
     except Exception as exc:
@@ -149,15 +153,10 @@ def _ended(run: Run) -> Outcome | None:
     if state == "shutdown":
         return Outcome.SHUTDOWN
     if state == "stopped":
-        return _stopped(run, None)
+        return _finish(run, Outcome.STOPPED, detail="Stopped on request.")
     if state == "finished":
         return Outcome.SUCCEEDED
     return None
-
-
-def _stopped(run: Run, seq: int | None) -> Outcome:
-    detail = f"Stopped on request before step {seq}." if seq is not None else "Stopped on request."
-    return _finish(run, Outcome.STOPPED, detail=detail)
 
 
 def _finish(
