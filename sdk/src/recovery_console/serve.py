@@ -131,7 +131,7 @@ def conclude(run: Run, fn: Callable[[Run], Any]) -> Outcome:
     except BaseException as exc:
         # SystemExit, KeyboardInterrupt, a crash on purpose: like a killed process, nothing more is written.
         log.error("run %s: the agent was cut short (%s); the lease will lapse", run.id, type(exc).__name__)
-        return Outcome.ABANDONED
+        raise
     ended = _ended(run)
     if ended is not None:
         return ended
@@ -222,6 +222,12 @@ class _Slot:
             except Exception:
                 # A bug must not kill the slot; the run's lease lapses and the supervisor takes over.
                 log.exception("%s: run %s crashed in the worker", self.label, claim.get("run"))
+            except BaseException as exc:
+                # The agent was cut short (nothing more was written for its run); an interrupt or an exit of
+                # the process ends the serving too.
+                if isinstance(exc, KeyboardInterrupt | SystemExit):
+                    s.shutdown.set()
+                    return
             if s.once:
                 return
 
