@@ -97,14 +97,23 @@ class Crash(BaseException):
     """A process dying mid-call, in-process: the SDK records nothing for the call (as after a SIGKILL)."""
 
 
-def make_agent(counts: Counts, *, slow_seconds: float = 0.0, variant: str = "", crash_on_turn: int | None = None):
+def make_agent(
+    counts: Counts,
+    *,
+    slow_seconds: float = 0.0,
+    variant: str = "",
+    crash_on_turn: int | None = None,
+    hold_before_reading: str = "",
+):
     """The agent function for `serve`. `variant="aside"` adds a remark to the conversation after the first
     tool result: on a continuation its next model request is not the saved one (the replay check's case).
-    `crash_on_turn=n`: the n-th model call of this agent dies mid-call."""
+    `crash_on_turn=n`: the n-th model call of this agent dies mid-call. `hold_before_reading`: a run carrying
+    follow-ups waits for that file to exist before it reads them."""
     calls = []
 
     def model(request):
-        counts.log("model", {"last": request["messages"][-1], "turn": len(request["messages"])})
+        users = [m["content"] for m in request["messages"] if m["role"] == "user"][1:]
+        counts.log("model", {"last": request["messages"][-1], "turn": len(request["messages"]), "users": users})
         calls.append(1)
         if crash_on_turn is not None and len(calls) == crash_on_turn:
             raise Crash(f"cut off during model turn {crash_on_turn}")
@@ -118,6 +127,10 @@ def make_agent(counts: Counts, *, slow_seconds: float = 0.0, variant: str = "", 
             if not run.replaying and not read_messages:
                 # Follow-ups join the conversation where replay ends, so the saved turns' requests stay the same.
                 read_messages = True
+                if hold_before_reading and run.claim.get("messages"):
+                    counts.log("held", {"run": run.id})
+                    while not Path(hold_before_reading).exists():
+                        time.sleep(0.05)
                 messages += [{"role": "user", "content": m.body} for m in run.messages]
             reply = run.model(MODEL, {"messages": messages, "plan": run.input["plan"]}, model)
             if "text" in reply:
@@ -146,7 +159,7 @@ PLAN = [
 
 def main() -> None:
     """`python -m tests.sdk.agents`: serve the agent `coder` until SIGTERM (CONSOLE_URL, CONSOLE_WORKER_TOKEN,
-    AGENT_COUNTS, AGENT_SLOW_SECONDS, AGENT_VARIANT)."""
+    AGENT_COUNTS, AGENT_SLOW_SECONDS, AGENT_VARIANT, AGENT_HOLD_FILE)."""
     import logging
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
@@ -155,6 +168,7 @@ def main() -> None:
         counts,
         slow_seconds=float(os.environ.get("AGENT_SLOW_SECONDS") or 0),
         variant=os.environ.get("AGENT_VARIANT", ""),
+        hold_before_reading=os.environ.get("AGENT_HOLD_FILE", ""),
     )
     with Console(os.environ["CONSOLE_URL"], os.environ["CONSOLE_WORKER_TOKEN"]) as console:
         serve(console, "coder", agent, tools=TOOLS, poll_seconds=0.2, drain_seconds=3)

@@ -33,13 +33,14 @@ SAVED = [
 ]
 
 
-def start_agent(server, token, counts: Counts, *, slow: float = 0, variant: str = "") -> subprocess.Popen:
+def start_agent(server, token, counts: Counts, *, slow: float = 0, variant: str = "", hold="") -> subprocess.Popen:
     env = child_env(
         CONSOLE_URL=server.url,
         CONSOLE_WORKER_TOKEN=token,
         AGENT_COUNTS=counts.dir,
         AGENT_SLOW_SECONDS=slow,
         AGENT_VARIANT=variant,
+        AGENT_HOLD_FILE=hold,
     )
     return subprocess.Popen(
         [sys.executable, "-m", "tests.sdk.agents"],
