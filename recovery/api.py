@@ -454,8 +454,12 @@ class AgentToolModeOut(serializers.Serializer):
     tool = serializers.CharField()
     default = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="registered, else built in")
     mode = serializers.ChoiceField(choices=RecoveryMode.choices)
-    description = serializers.CharField(allow_blank=True, help_text="as the agent's worker registered it")
-    registered = serializers.BooleanField(help_text="in the catalogue the agent's worker registered")
+    description = serializers.CharField(
+        required=False, allow_blank=True, help_text="as the agent's worker registered it (registered agents only)"
+    )
+    registered = serializers.BooleanField(
+        required=False, help_text="in the catalogue the agent's worker registered (registered agents only)"
+    )
 
 
 # `from` is a Python keyword, so this one is built from a dict of its fields.
@@ -519,8 +523,15 @@ class AgentSettingsView(OperatorView):
                     "tool": tool,
                     "default": default_mode(tool, catalogue),
                     "mode": mode,
-                    "description": str(((catalogue or {}).get(tool) or {}).get("description") or ""),
-                    "registered": tool in (catalogue or {}),
+                    # Only an agent whose worker registered its tools has descriptions to give.
+                    **(
+                        {
+                            "description": str((catalogue.get(tool) or {}).get("description") or ""),
+                            "registered": tool in catalogue,
+                        }
+                        if catalogue is not None
+                        else {}
+                    ),
                 }
                 for tool, mode in current_modes(profile.tool_modes, catalogue=catalogue).items()
             ],

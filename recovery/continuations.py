@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
+from recovery.presenter import notice_text
 from recovery.selectors import diagnose, run_facts
 from tasks.batches import FOREACH
 from tasks.errors import NotEligible
@@ -249,6 +250,8 @@ def continuation_create(
             }
             for step, said in sorted(noticed, key=lambda n: n[0].seq)
         ]
+        for notice in carry["notices"]:
+            notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.presenter)
     found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, declared_effects))
     if found is not None:
         return workspaces.refuse_continuation(source=source, actor=actor, reason=reason, carry=carry, found=found)

@@ -9,7 +9,7 @@ of an agent's settings is read back from those events (`recovery.selectors.profi
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 
@@ -57,7 +57,7 @@ class Change:
     tool: str | None
     before: str | bool
     after: str | bool
-    base: str | None = None
+    base: str | None = field(default=None, compare=False)
     switch: str = AUTO_RESUME
 
     @property

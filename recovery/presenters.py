@@ -157,6 +157,8 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
                 "export_destination": task.export_destination,
                 "creator": task.creator.username if task.creator else None,
                 "dependencies": sorted(d.pk for d in task.dependencies.all()),
+                "kind": current.kind if current else "plan",
+                "output": current.output if current else None,
             }
         )
     return data

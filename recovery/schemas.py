@@ -105,6 +105,8 @@ class TaskDetailOut(TaskOut):
     export_destination = serializers.CharField(allow_blank=True)
     creator = serializers.CharField(**Nullable)
     dependencies = serializers.ListField(child=serializers.IntegerField())
+    kind = serializers.ChoiceField(choices=("plan", "agent"), help_text="of its input: a plan or an agent prompt")
+    output = serializers.JSONField(**Nullable, help_text="what the agent returned in the task's latest run")
 
 
 class TaskPageOut(serializers.Serializer):

@@ -85,5 +85,5 @@ def profile_mode(tool: str, profile) -> str:
 def known_tools(catalogue: dict | None) -> frozenset[str]:
     """The tools an agent has now: its registered catalogue (and model turns) if it has one, else the built-ins."""
     if catalogue is None:
-        return BUILTIN_TOOLS
+        return BUILTIN_TOOLS | RESERVED_TOOLS
     return frozenset(catalogue) | RESERVED_TOOLS

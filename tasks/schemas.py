@@ -77,6 +77,7 @@ class NoticeOut(serializers.Serializer):
     decided_by = serializers.CharField(allow_null=True, help_text="null where the agent's setting handed it over")
     decided_at = serializers.DateTimeField(allow_null=True)
     note = serializers.CharField(allow_blank=True)
+    text = serializers.CharField(required=False, help_text="the sentence the agent's model is given instead")
 
 
 class ClaimOut(serializers.Serializer):
