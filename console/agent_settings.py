@@ -132,6 +132,7 @@ def section_context(
         "unknown_outcome": shown_unknown,
         "unknown_outcome_dirty": shown_unknown != profile.unknown_outcome,
         "unknown_outcome_choices": presenter.UNKNOWN_OUTCOME_CHOICES,
+        "unknown_outcome_means": presenter.UNKNOWN_OUTCOME_MEANS,
         "unknown_outcome_saved": presenter.UNKNOWN_OUTCOME_CHOICES.get(profile.unknown_outcome, ""),
         "catalogue": presenter.catalogue_line(catalogue, profile.tools_registered_at),
         "reason": reason,

@@ -834,10 +834,11 @@ def carried_lines(decisions, messages) -> list[Line]:
 
 # --- agent runs (DESIGN §13) ------------------------------------------------------------------
 
-UNKNOWN_OUTCOME_CHOICES = {
-    "ask_person": "Ask a person: the card waits for someone to decide",
-    "tell_agent": "Tell the agent: it gets a notice and verifies the current state before repeating the call",
-}
+UNKNOWN_OUTCOME_CHOICES = {"ask_person": "Ask a person", "tell_agent": "Tell the agent"}
+UNKNOWN_OUTCOME_MEANS = (
+    "Ask a person: the card waits for someone to decide. Tell the agent: with no person, the agent gets a notice "
+    "that the call's outcome is unknown and verifies the current state before repeating it."
+)
 SETTING_WORDS = "unknown outcomes: tell the agent"
 
 
@@ -882,11 +883,14 @@ def notice_row(notice: dict) -> "StepRow":
         by = notice.get("decided_by") or "someone"
         return StepRow("marked performed", (f"marked performed by {by}", *_said(notice.get("note") or ""),
                                             " — no saved result", *told), declared=True)  # fmt: skip
+    # (No notice is a saved result: the row shows neither a result nor a duration.)
     if decision == "dropped":
-        return StepRow("dropped", ("forget mode: not run again", *told))
+        return StepRow("dropped", ("forget mode: not run again", *told), declared=True)
     if notice.get("decided_by"):
-        return StepRow("agent verifies", (f"handed to the agent to verify by {notice['decided_by']}", *told))
-    return StepRow("agent verifies", (f"handed to the agent to verify by its setting ({SETTING_WORDS})", *told))
+        who = f"handed to the agent to verify by {notice['decided_by']}"
+        return StepRow("agent verifies", (who, *told), declared=True)
+    who = f"handed to the agent to verify by its setting ({SETTING_WORDS})"
+    return StepRow("agent verifies", (who, *told), declared=True)
 
 
 def catalogue_line(catalogue: dict | None, registered_at) -> Line:

@@ -172,8 +172,8 @@ def claim_data(run: Run) -> dict:
 
     `reused` is every saved step the run carries from its chain (a batch item or a tool call of an agent run
     may be a saved failure, `ok` false: it stays failed, it is not run again); a step the agent gets a notice
-    for instead of a result is in `notices`, never in `reused`. `next_seq` is the first top-level number
-    the run does not hold.
+    for instead of a result is in `notices`, never in `reused`. `next_seq` is one more than the highest
+    top-level number the chain planned (a number of the chain the run does not carry may be planned again).
     """
     carry = run.carry or {}
     notices = [n for n in carry.get("notices", []) if isinstance(n, dict)]
@@ -204,6 +204,8 @@ def claim_data(run: Run) -> dict:
     held = [s.seq for s in carried if s.parent_seq is None]
     held += [d.get("seq") for d in carry.get("dropped", []) if isinstance(d, dict) and not d.get("parent_seq")]
     held += [n.get("seq") for n in notices if not n.get("parent_seq")]
+    # Steps of the chain this run did not carry (the agent plans them again) count as planned.
+    held += [r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict)]
     messages = [message_data(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
     return {
         "run": run.pk,

@@ -93,7 +93,7 @@ class ClaimOut(serializers.Serializer):
     input = serializers.JSONField(help_text="the plan or the agent prompt, in the payload wire form")
     reused = ReusedOut(many=True)
     notices = NoticeOut(many=True, help_text="steps the agent gets a notice for instead of a saved result")
-    next_seq = serializers.IntegerField(help_text="the first top-level step number the run does not hold")
+    next_seq = serializers.IntegerField(help_text="one more than the highest top-level step number the chain planned")
     messages = MessageOut(many=True)
     dropped = serializers.ListField(child=serializers.JSONField())
     workspace = serializers.CharField(allow_blank=True)

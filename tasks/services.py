@@ -564,16 +564,19 @@ def _model_args(args: dict) -> None:
 
 
 def _agent_seq(run: Run, seq: int) -> None:
-    """An agent run's next top-level number is one more than the highest it holds (carried steps and the
-    chain's notices count); a number the chain planned that this run does not hold (a turn cut off mid-call,
-    a call never dispatched, one decided not performed) may be planned again. Anything else skips ahead.
+    """An agent run's next top-level number is one more than the highest its chain planned (the steps this
+    run holds, carried ones included, and those of the chain it did not carry: `carry["rerun"]`). A number
+    the chain planned that this run does not hold (a turn cut off mid-call, a call never dispatched, one
+    decided not performed) may be planned again, and so may the one after the highest this run holds.
+    Anything else skips ahead.
     """
     carry = run.carry or {}
     top = Step.objects.filter(run=run, parent_seq__isnull=True).aggregate(m=Max("seq"))["m"] or 0
     dropped = [d.get("seq") for d in carry.get("dropped", []) if isinstance(d, dict) and not d.get("parent_seq")]
-    expected = 1 + max([top, *(d for d in dropped if isinstance(d, int))])
-    again = {r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict)}
-    if seq == expected or (seq < expected and seq in again):
+    held = max([top, *(d for d in dropped if isinstance(d, int))])
+    again = {r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict) and isinstance(r.get("seq"), int)}
+    expected = 1 + max([held, *again])
+    if seq in (held + 1, expected) or seq in again:
         return
     if seq in dropped:
         raise SeqConflict(

@@ -89,6 +89,12 @@ def test_agent_verifies_admits_a_continuation_that_carries_every_saved_step_and_
     body = api.get(f"/api/tasks/{task['id']}/").json()
     assert body["state"] == "done"
     assert RecoveryAction.objects.get(pk=action.pk).status == "resolved"
+    # The run page reads as the conversation: the notice where step 6's result would be, and what it said.
+    client = Client()
+    client.force_login(api_user())
+    page = visible_text(client.get(f"/agents/coder/runs/{nxt.run}/").text)
+    assert "handed to the agent to verify by olive; the model was told: This call (file_write(" in page
+    assert "reused — saved result of run #" in page
 
 
 def test_performed_reaches_an_agent_as_a_notice_with_the_note_not_as_a_result(api, runner, coder):
@@ -112,7 +118,8 @@ def test_not_performed_leaves_the_step_to_the_agent_to_plan_again(api, runner, c
     _, _, action = parked(runner, api)
     assert decide(api, action, "not_performed", accept_duplicate_risk=True).status_code == 200
     nxt = Agent.claims(runner)
-    assert nxt.claim["notices"] == [] and nxt.claim["next_seq"] == 6
+    assert nxt.claim["notices"] == [] and nxt.claim["next_seq"] == 7  # the chain planned 6
+    assert 6 not in [e["seq"] for e in nxt.claim["reused"]]
     assert nxt.plan(6, "file_write", {"path": "notes.md", "content": "other"}).status_code == 201
 
 
@@ -141,7 +148,8 @@ def test_the_chains_notices_stay_with_it_and_the_next_continuation_carries_them_
     c = third.claim
     assert [n["seq"] for n in c["notices"]] == [6] and c["notices"][0]["decision"] == "agent_verifies"
     assert sorted(e["seq"] for e in c["reused"]) == [1, 2, 3, 4, 5, 7]
-    assert c["next_seq"] == 8  # the cut-off turn is the agent's to call again
+    assert c["next_seq"] == 9  # the chain planned 8; the cut-off turn at 8 is the agent's to call again
+    assert third.plan(8, "model", model_args({"messages": ["next"]})).status_code == 201
 
 
 def test_a_forget_mode_call_cut_off_comes_back_as_a_dropped_notice(api, runner, coder):
@@ -167,10 +175,10 @@ def test_a_model_turn_cut_off_mid_call_is_called_again_and_its_tokens_count_agai
     first.cut_off(3, "model", model_args({"m": 3}))
     crash_and_supervise()
     second = Agent.claims(runner)
-    assert second.claim["next_seq"] == 3 and sorted(e["seq"] for e in second.claim["reused"]) == [1, 2]
-    r = second.post("steps/", {"seq": 4, "tool": "file_read", "args": {}})
-    assert r.status_code == 409 and r.json()["code"] == "seq_conflict" and r.json()["next_seq"] == 3
-    second.turn(3, {"m": 3}, "done", tokens=(400, 50))
+    assert second.claim["next_seq"] == 4 and sorted(e["seq"] for e in second.claim["reused"]) == [1, 2]
+    r = second.post("steps/", {"seq": 5, "tool": "file_read", "args": {}})
+    assert r.status_code == 409 and r.json()["code"] == "seq_conflict" and r.json()["next_seq"] == 4
+    second.turn(3, {"m": 3}, "done", tokens=(400, 50))  # the cut-off turn, called again
     assert second.finish(output="ok").status_code == 200
     run = api.get(f"/api/runs/{second.run}/").json()
     assert run["usage"] == {"spent": 450, "reused": 121, "spent_again": 450}
@@ -200,7 +208,7 @@ def test_a_continuation_that_crashed_before_calling_again_is_continued_without_a
     report = crash_and_supervise()
     assert report.continued and not report.opened  # no gap, nothing corrupt: resumed again
     c = Agent.claims(runner).claim
-    assert c["next_seq"] == 2 and [e["seq"] for e in c["reused"]] == [1]
+    assert c["next_seq"] == 3 and [e["seq"] for e in c["reused"]] == [1]  # step 2 still the agent's to call
 
 
 # --- the agent's tell_agent setting -----------------------------------------------------------------------
