@@ -1,6 +1,7 @@
 """`pip install ./sdk` gives a package that runs without Django or the server's code."""
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,8 +18,11 @@ CLOSURE = ("httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi", "t
 
 
 def test_the_sdk_builds_as_a_wheel_that_imports_where_only_httpx_is_installed(tmp_path):
+    # Built from a copy: setuptools leaves a build/ directory beside the sources it builds.
+    source = tmp_path / "sdk"
+    shutil.copytree(ROOT / "sdk", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path, ROOT / "sdk"],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path, source],
         capture_output=True,
         text=True,
         timeout=120,
