@@ -264,24 +264,7 @@ def continuation_create(
         payload={"reason": reason},
     )
     workspaces.record_declared(source=source, steps=by_seq, performed=declared_effects)
-    copies = []
-    for step, result in carried:
-        copies.append(
-            Step(
-                run=run,
-                seq=step.seq,
-                tool=step.tool,
-                args=step.args,
-                recovery_mode=step.recovery_mode,
-                phase="completed",
-                result=result,
-                usage=0,
-                reused_from=step.reused_from or step,
-                planned_at=step.planned_at,
-                dispatched_at=step.dispatched_at or now,
-                completed_at=step.completed_at or now,
-            )
-        )
+    copies = [_copy(step, run, now, phase="completed", result=result) for step, result in carried]
     for step in failed_copies:
         copies.append(_copy(step, run, now, phase="failed", result=step.result, error=step.error))
     for step, _ in noticed:
@@ -348,6 +331,7 @@ def continuation_create(
 
 
 def _copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> Step:
+    """A top-level step carried into `run`: it points at the step that ran, and costs nothing again."""
     return Step(
         run=run,
         seq=step.seq,

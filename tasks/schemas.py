@@ -8,6 +8,8 @@ These serializers describe responses; the views build the same dicts (tasks/api.
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
+from tasks.models import RecoveryMode
+
 # Every operation may answer these with the error shape (API.md, Conventions).
 ERROR_STATUSES = {
     "400": "invalid: the request is malformed or out of range",
@@ -138,8 +140,8 @@ class FinishOut(serializers.Serializer):
 
 class CatalogueToolOut(serializers.Serializer):
     name = serializers.CharField()
-    default_mode = serializers.ChoiceField(choices=("replay", "notify", "forget"), help_text="as registered")
-    mode = serializers.ChoiceField(choices=("replay", "notify", "forget"), help_text="in effect: an override wins")
+    default_mode = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="as registered")
+    mode = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="in effect: an override wins")
     description = serializers.CharField(allow_blank=True)
 
 
