@@ -10,6 +10,11 @@ reconnect_200: 200 pages whose sockets drop and reconnect, each asking to resync
 server re-renders every card of the page from saved state), until all 200 have their fresh cards; beside
 it, 200 fresh page loads: `GET` of the page (its first render) and its socket opened, until all 200 are
 done. Alternating, median of each side.
+
+A socket is accepted before the server reads who it is for (console.consumers), so an open socket is not yet
+subscribed: nothing is committed, and no round begins, until every page's socket is (the relay sends each
+subscribed page the header's warnings once, within CONSOLE_LIVE_RECHECK_SECONDS). A commit landing among
+200 subscribing sockets would turn each of their resyncs into a full render and measure that instead.
 """
 
 from __future__ import annotations
@@ -130,6 +135,15 @@ class Live:
         return await self.socket(resync={"last_event": cursor, "reconnect": False})
 
 
+async def _subscribed(probes: list[Probe], timeout: float = 120) -> None:
+    """Until every socket is subscribed: the header's warnings, which the relay sends a page once it is."""
+    try:
+        await asyncio.wait_for(asyncio.gather(*(p.first('id="ops-alerts"') for p in probes)), timeout)
+    except TimeoutError:
+        got = sum(any('id="ops-alerts"' in m for _, m in p.inbox) for p in probes)
+        raise RuntimeError(f"{got} of {len(probes)} sockets subscribed within {timeout:.0f} s") from None
+
+
 async def _commit_round(probes: list[Probe], task_id: int, user) -> list[float]:
     committed, event_id = await asyncio.to_thread(_toggle, task_id, user)
     needle = f'data-last-event="{event_id}"'
@@ -155,6 +169,7 @@ async def _measure(ctx: Context, server, task_id: int, user, session: str) -> di
     probes = await asyncio.gather(
         *(live.socket(resync={"last_event": cursor, "reconnect": False}) for _ in range(SOCKETS))
     )
+    await _subscribed(probes)
     out = {"push": [], "fanout": [], "reconnect": [], "fresh": [], "last": []}
     # The measuring process's own garbage collector would stall whichever side it hits: keep it out.
     gc.collect()
@@ -191,6 +206,8 @@ async def _measure(ctx: Context, server, task_id: int, user, session: str) -> di
                     else:
                         probes = await asyncio.gather(*(live.page_load(client, cursor) for _ in range(SOCKETS)))
                     out[side].append(time.perf_counter() - started)
+                    if side == "fresh":
+                        await _subscribed(probes)  # unmeasured: no subscription left over for the next round
     finally:
         gc.enable()
         await asyncio.gather(*(p.close() for p in probes), return_exceptions=True)

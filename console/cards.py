@@ -8,7 +8,7 @@ from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 
 from console.fresh import start_over_context
-from recovery import presenter
+from recovery import followups, presenter
 from recovery.fresh import duplicate_risk
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
 from recovery.presenters import action_view_of
@@ -96,7 +96,8 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
     current = getattr(task, "current_run", None)
     hold = task_hold(task_facts(task))
     last = current  # the latest run of the task
-    view = presenter.task_view(task, current, actions, hold=hold, last_run=last)
+    wait = followups.waiting_reason(task) if getattr(task, "followups_waiting", 0) else ""
+    view = presenter.task_view(task, current, actions, hold=hold, last_run=last, followup_wait=wait)
     operate = can_operate(user, task.org_id)
     admin = can_admin(user, task.org_id)
     closed = task.status in ("done", "cancelled")
@@ -115,6 +116,9 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "run_live": run_live,
         # Offered only when it can go through: no live run, no action deciding, no gate holding the task.
         "can_continue": operate and not closed and not run_live and not live and bool(last) and hold is None,
+        # Follow-ups a closing left undelivered, offered again once the task is open (through normal admission).
+        "can_deliver": operate and not closed and bool(getattr(task, "followups_undelivered", 0)),
+        "undelivered": getattr(task, "followups_undelivered", 0),
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
         "start_over": start_over_context(task, current, hold=hold, live_actions=live) if operate else None,
@@ -168,6 +172,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "declared": row.declared,
                 "took": "" if row.declared else presenter.duration(s.dispatched_at, s.completed_at),
                 "mode": presenter.step_mode(s.recovery_mode, modes_now.get(s.pk)),
+                "files": presenter.step_files_note(s.workspace_notes),
             }
         )
     refused = next(
@@ -189,7 +194,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "output_heading": presenter.output_heading(run) if run.output is not None else "",
         "usage": presenter.usage_line(run_usage(run, steps, task_runs=task_runs)),
         "status_text": presenter.RUN_STATUSES.get(run.status, run.status),
-        "lines": presenter.run_lines(run, auto_resume=auto_resume),
+        "lines": presenter.run_lines(run, auto_resume=auto_resume, disposition=disposition),
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
@@ -294,7 +299,15 @@ def render_actions(task: Task, *, user, request=None, task_runs=None, oob: bool 
 
 
 def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str:
-    ctx = {"task": task, "messages": task.message_list, "can_operate": can_operate(user, task.org_id), "oob": oob}
+    messages = task.message_list
+    # One reason for all of a task's waiting follow-ups, read from the facts now (never a stale saved string).
+    wait = followups.waiting_reason(task) if any(m.status == "waiting" for m in messages) else ""
+    closed = task.status in ("done", "cancelled")
+    items = []
+    for m in messages:
+        badge, line = presenter.followup_line(m, wait_text=wait, closed=closed)
+        items.append({"m": m, "badge": badge, "line": line})
+    ctx = {"task": task, "items": items, "can_operate": can_operate(user, task.org_id), "oob": oob}
     return render_to_string("console/cards/sections.html#messages", ctx, request=request)
 
 

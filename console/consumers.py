@@ -9,9 +9,10 @@ import logging
 import time
 from urllib.parse import parse_qs
 
-from channels.auth import get_user
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
 from console import live
@@ -64,7 +65,24 @@ class ResyncBudget:
 FILTER_PARAMS = (*BOARD_PARAMS, "result", "pos")
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class SocketConsumer(AsyncWebsocketConsumer):
+    """A websocket whose handshake never waits on the database thread.
+
+    channels' dispatch runs Django's close_old_connections before every message, on the one thread every
+    consumer of the process shares for the database: the handshake (`websocket.connect`) then waits its turn
+    behind every other socket's reads and renders, and under a burst daphne drops it unaccepted. Here each
+    database call already closes stale connections around itself (channels' database_sync_to_async), so that
+    hop is left out; connect() accepts before its first database call.
+    """
+
+    async def dispatch(self, message):
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class LiveConsumer(SocketConsumer):
     page = "board"  # "board" | "task" | "run" | "inbox" | "bulk": one subclass per route
 
     async def connect(self):
@@ -80,22 +98,27 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # The newest event the page is known to reflect: the page says so in the URL
         # (and again in each resync), so a batch it already shows is never pushed.
         self.page_cursor = cursor_value((query.get("after") or ["0"])[0])
-        self.user = await get_user(self.scope)
+        self.user = AnonymousUser()
+        # Accept before anything touches the database: daphne drops a handshake not accepted within its
+        # --websocket_connect_timeout, and an outage's reconnect burst queues every socket's reads behind the
+        # others' on the one database thread. The page sends nothing that is answered before this connect
+        # returns (a consumer handles its messages in order), and a refusal is a close with its code either way.
         await self.accept()
-        if not self.user.is_authenticated:
+        session = self.scope.get("session")
+        admission = await database_sync_to_async(live.admit)(
+            getattr(session, "session_key", None), self.page, self.obj_id
+        )
+        if admission.user is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.session_expires_at = None
-        access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        self.user, access = admission.user, admission.access
         if not access.ok:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        if not await self.session_alive():
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
+        self.session_expires_at = admission.session.expires_at
         self.org_id, self.role, self.task_id = access.org_id, access.role, access.task_id
         self.private = access.private
-        self.orgs = await database_sync_to_async(live.nav_orgs)(self.user)
+        self.orgs = admission.orgs
         # What the header's warnings say on this page as far as the relay knows: nothing yet, so its next re-read
         # (within CONSOLE_LIVE_RECHECK_SECONDS) sends them once, then only when they change. Not read here:
         # a query more per connect queues 200 opening sockets behind each other on the one database thread.

@@ -46,6 +46,9 @@ MESSAGE_EVENTS = frozenset(
         "message_waiting",
         "messages_admitted",
         "messages_not_delivered",
+        "messages_read",
+        "messages_returned",
+        "messages_requeued",
         "run_claimed",
         "run_cancelled",
         "run_stopped",
@@ -68,7 +71,9 @@ def parts_for(kinds: set[str]) -> set[str]:
     parts = {"header"}
     if any(not k.startswith("step_") and not k.startswith("message") for k in kinds):
         parts.add("actions")
-    if kinds & MESSAGE_EVENTS:
+    # A waiting follow-up's reason is read from the facts now (a pause, a run's end, an action…): any change
+    # but a step's checkpoint may change it.
+    if kinds & MESSAGE_EVENTS or any(not k.startswith("step_") for k in kinds):
         parts.add("messages")
     if kinds & COMPOSER_EVENTS:
         parts.add("composer")
@@ -101,29 +106,69 @@ class SessionState:
     expires_at: datetime | None = None
 
 
-def session_state(session_key: str | None, user) -> SessionState:
-    """Whether the session a socket was opened with still signs `user` in: it exists (not signed out), has not
-    expired, and carries the user's current password hash (a password change ends every other session)."""
+def session_user(session_key: str | None):
+    """(the user `session_key` signs in, SessionState), or (None, invalid): the session exists (not signed out),
+    has not expired, names an active user of a configured backend and carries that user's current password hash
+    (a password change ends every other session). Two queries: the session row, the user row."""
     from importlib import import_module
 
     from django.conf import settings
-    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
+    from django.core.exceptions import ValidationError
 
-    if not session_key or not getattr(user, "is_authenticated", False):
-        return SessionState(False)
+    if not session_key:
+        return None, SessionState(False)
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     data = store.load()  # {} and no key when the session is missing or expired
-    if store.session_key is None or str(data.get(SESSION_KEY)) != str(user.pk):
-        return SessionState(False)
-    current = type(user).objects.filter(pk=user.pk, is_active=True).first()
+    backend_path = data.get(BACKEND_SESSION_KEY)
+    if store.session_key is None or backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None, SessionState(False)
+    try:
+        user_id = get_user_model()._meta.pk.to_python(data.get(SESSION_KEY))
+    except ValidationError:
+        return None, SessionState(False)
+    get_user = getattr(load_backend(backend_path), "get_user", None)
+    user = get_user(user_id) if get_user is not None and user_id is not None else None
     stored = data.get(HASH_SESSION_KEY) or ""
-    if current is None or not constant_time_compare(stored, current.get_session_auth_hash()):
+    if user is None or not user.is_active or not constant_time_compare(stored, user.get_session_auth_hash()):
+        return None, SessionState(False)
+    # The expiry from the data just read (get_expiry_date alone would load the session a second time).
+    return user, SessionState(True, store.get_expiry_date(expiry=data.get("_session_expiry")))
+
+
+def session_state(session_key: str | None, user) -> SessionState:
+    """Whether the session a socket was opened with still signs `user` in (session_user)."""
+    if not getattr(user, "is_authenticated", False):
         return SessionState(False)
-    return SessionState(True, store.get_expiry_date())
+    current, state = session_user(session_key)
+    return state if current is not None and current.pk == user.pk else SessionState(False)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a socket learns at connect in one trip to the database thread: who signs in and what they may see.
+    `user` is None when the session signs no one in (4401); `access.ok` is False when they may not watch (4403)."""
+
+    user: object | None
+    session: SessionState
+    access: Access
+    orgs: list[int]
+
+
+def admit(session_key: str | None, page: str, obj_id: int | None) -> Admission:
+    """A connecting socket's session, access and navigation organizations, read together: a burst of sockets
+    queues its reads on the one database thread, so each socket goes there once."""
+    user, session = session_user(session_key)
+    if user is None:
+        return Admission(None, session, Access(False), [])
+    access = check_access(user, page, obj_id)
+    return Admission(user, session, access, nav_orgs(user) if access.ok else [])
 
 
 def check_access(user, page: str, obj_id: int | None) -> Access:
     fresh(user)
+    if page == "workers":
+        return Access(bool(memberships_of(user)))
     if page in ("board", "inbox"):
         m = primary_membership(user)
         return Access(True, m.org_id, m.role) if m else Access(False)

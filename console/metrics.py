@@ -3,8 +3,9 @@
 Two sources:
 - the database, read at each scrape (every process sees the same): runs by
   status and live recovery actions by kind with the oldest one's age, per
-  organization; worker instances alive; each supervisor process's pass counter
-  and pass-duration histogram (recorded by the supervisor, recovery/passes.py);
+  organization; worker instances alive; each supervisor process's pass counter,
+  pass-duration histogram and failed duties (recorded by the supervisor,
+  recovery/passes.py);
 - this web process: the commit → push latency of its event relay. Scrape every
   web process (not one behind the load balancer) to see them all.
 
@@ -117,6 +118,12 @@ class DatabaseCollector:
         last_duration = GaugeMetricFamily(
             "console_supervisor_last_pass_duration_seconds", "Duration of the last pass.", labels=["supervisor"]
         )
+        errors = CounterMetricFamily(
+            "console_supervisor_pass_errors",
+            "Duties of each supervisor process's passes that failed (a database error, a bug), by duty, since it "
+            "started; the pass went on with its other duties.",
+            labels=["supervisor", "duty"],
+        )
         alive = GaugeMetricFamily(
             "console_supervisor_alive", "1 when some supervisor passed within three of its intervals, else 0."
         )
@@ -128,9 +135,11 @@ class DatabaseCollector:
             durations.add_metric([s.label], buckets=buckets, sum_value=s.duration_sum)
             last.add_metric([s.label], s.last_pass_at.timestamp())
             last_duration.add_metric([s.label], s.last_duration)
+            for duty, n in sorted((s.errors or {}).items()):
+                errors.add_metric([s.label, duty], n)
             any_alive = any_alive or supervisor_alive(s.last_pass_at, expected_interval(s), now=now)
         alive.add_metric([], 1.0 if any_alive else 0.0)
-        yield from (passes, durations, last, last_duration, alive)
+        yield from (passes, durations, last, last_duration, errors, alive)
 
 
 def exposition_for(org_ids: list[int] | None, accept: str = "") -> tuple[bytes, str]:

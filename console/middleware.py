@@ -59,10 +59,36 @@ class PlainTextInputMiddleware:
         return refused(request, detail, status=400)
 
 
+def database_trouble_response(request, trouble):
+    """The 503 for a request the database could not serve, drawn without the database, with Retry-After: the
+    API's error shape with the cause's code, the sentence alone for a card's control, or the busy page."""
+    from django.http import HttpResponse
+    from django.template.loader import render_to_string
+
+    from tasks.errors import BUSY_RETRY_AFTER
+
+    if request.path_info.startswith("/api/"):
+        response = JsonResponse({"code": trouble.code, "detail": trouble.detail}, status=503)
+    elif request.headers.get("HX-Request") == "true":
+        # A card's control: htmx swaps no error into the card, and live.js shows this sentence in the header.
+        response = HttpResponse(trouble.detail, content_type="text/plain; charset=utf-8", status=503)
+    else:
+        # Try again repeats a page load; a form sent by POST is not repeated by a link, so that one leads back.
+        again = request.get_full_path() if request.method == "GET" else None
+        context = {"title": trouble.title, "detail": trouble.detail, "again": again, "code": trouble.code}
+        response = HttpResponse(render_to_string("busy.html", context), status=503)
+    response["Retry-After"] = str(BUSY_RETRY_AFTER)
+    return response
+
+
 class DatabaseBusyMiddleware:
-    """A request that waited out the connection pool (every connection of this process in use for
-    CONSOLE_DB_POOL_TIMEOUT seconds) is answered 503 `database_busy` with Retry-After, rendered without the
-    database, instead of a 500: it never got a connection, so nothing was written (tasks.errors.database_busy)."""
+    """A request the database could not serve is answered 503 with its cause (tasks.errors.database_trouble),
+    rendered without the database, instead of a 500: `database_busy` when it waited out the connection pool
+    (every connection of this process in use for CONSOLE_DB_POOL_TIMEOUT seconds) or SQLite's write lock,
+    `database_unavailable` when the database cannot be reached or dropped the connection mid-request.
+
+    Views' errors arrive here; one raised in a middleware reaches `server_error` (handler500), which answers the
+    same way."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -71,23 +97,22 @@ class DatabaseBusyMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        from django.http import HttpResponse
-        from django.template.loader import render_to_string
+        from tasks.errors import database_trouble
 
-        from tasks.errors import BUSY_RETRY_AFTER, DATABASE_BUSY, database_busy
+        trouble = database_trouble(exception)
+        return None if trouble is None else database_trouble_response(request, trouble)
 
-        if not database_busy(exception):
-            return None
-        if request.path_info.startswith("/api/"):
-            response = JsonResponse({"code": "database_busy", "detail": DATABASE_BUSY}, status=503)
-        elif request.headers.get("HX-Request") == "true":
-            # A card's control: htmx swaps no error into the card, and live.js shows this sentence in the header.
-            response = HttpResponse(DATABASE_BUSY, content_type="text/plain; charset=utf-8", status=503)
-        else:
-            # Try again repeats a page load; a form sent by POST is not repeated by a link, so that one leads back.
-            again = request.get_full_path() if request.method == "GET" else None
-            response = HttpResponse(
-                render_to_string("busy.html", {"detail": DATABASE_BUSY, "again": again}), status=503
-            )
-        response["Retry-After"] = str(BUSY_RETRY_AFTER)
-        return response
+
+def server_error(request):
+    """`handler500`: a database that could not serve the request is the 503 of its cause, wherever it was met
+    (a middleware's session or user lookup included); anything else is Django's own 500."""
+    import sys
+
+    from django.views.defaults import server_error as django_server_error
+
+    from tasks.errors import database_trouble
+
+    trouble = database_trouble(sys.exc_info()[1])
+    if trouble is not None:
+        return database_trouble_response(request, trouble)
+    return django_server_error(request)

@@ -11,12 +11,11 @@ member's socket closes (4403) at the next tick.
 import asyncio
 import json
 
-from channels.auth import get_user
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.models import AnonymousUser
 
 from console import live, ops
-from console.consumers import CLOSE_THROTTLED, ResyncBudget
+from console.consumers import CLOSE_THROTTLED, ResyncBudget, SocketConsumer
 from console.relay import relay
 from tasks.selectors import memberships_of
 
@@ -39,7 +38,7 @@ def render_update(user, *, reconnect: bool = False) -> str | None:
     return html + (live.notice_fragment() if reconnect else "")
 
 
-class WorkersConsumer(AsyncWebsocketConsumer):
+class WorkersConsumer(SocketConsumer):
     refresh_seconds = REFRESH_SECONDS
 
     async def connect(self):
@@ -48,12 +47,15 @@ class WorkersConsumer(AsyncWebsocketConsumer):
         self.subscribed = False
         self.org_id = None  # the relay re-checks it for session ends only (tasks.accounts.session_ended)
         self.resyncs = ResyncBudget()
-        self.user = await get_user(self.scope)
-        await self.accept()
-        if not self.user.is_authenticated or not await self.session_alive():
+        self.user = AnonymousUser()
+        await self.accept()  # first, as every live page's socket (console.consumers.LiveConsumer.connect)
+        session = self.scope.get("session")
+        admission = await database_sync_to_async(live.admit)(getattr(session, "session_key", None), "workers", None)
+        if admission.user is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await database_sync_to_async(lambda: bool(memberships_of(live.fresh(self.user))))():
+        self.user = admission.user
+        if not admission.access.ok:
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await relay.subscribe(self)

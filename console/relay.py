@@ -183,7 +183,10 @@ class Relay:
         """
         while True:
             await asyncio.sleep(float(settings.CONSOLE_LIVE_RECHECK_SECONDS))
-            consumers = [c for c in self.consumers() if c.subscribed]
+            # Live pages only: the workers page's socket is here for session ends and re-reads its access on
+            # its own timer (it has no page access to re-read; asking killed this loop, and with it every
+            # page's re-check and header warnings).
+            consumers = [c for c in self.consumers() if c.subscribed and hasattr(c, "access_key")]
             if not consumers:
                 continue
             wanted = {c.access_key(): (c.user, c.page, c.obj_id) for c in consumers}

@@ -116,10 +116,11 @@ TEMPLATES = [
 
 # The embedded default is a SQLite file shared by web, worker and supervisor:
 # WAL plus IMMEDIATE transactions make writers queue instead of failing.
+# CONSOLE_SQLITE_TIMEOUT is how long a writer waits for SQLite's one write lock before "database is locked".
 SQLITE_OPTIONS = {
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
+    "timeout": float(os.environ.get("CONSOLE_SQLITE_TIMEOUT") or 30),
 }
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'console.sqlite3'}"
@@ -251,6 +252,8 @@ CONSOLE_EXPORTS = [
     Path(p) for p in (os.environ.get("CONSOLE_EXPORTS") or str(VAR_DIR / "exports")).split(os.pathsep) if p.strip()
 ]
 CONSOLE_EXPORT_ROOTS_MAX = 50
+# An export claimed this long ago and never recorded was cut off (its supervisor died mid-copy): another takes it.
+CONSOLE_EXPORT_STALE_SECONDS = env_int("CONSOLE_EXPORT_STALE_SECONDS", 1800)
 CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)
@@ -267,6 +270,12 @@ CONSOLE_WORKER_DRAIN_SECONDS = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECOND
 CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
 # Recorded workspace files up to this size keep their content (diffs, isolated reissue).
 CONSOLE_WORKSPACE_KEEP_BYTES = env_int("CONSOLE_WORKSPACE_KEEP_BYTES", 16 * 1024 * 1024)
+# A walk of a workspace takes at most this many entries (in path order); what lies beyond is neither recorded
+# nor taken as deleted. A file over HASH_MAX_BYTES is never read: it is recorded and compared by its size,
+# times and inode. A request or a supervisor pass reads at most HASH_BUDGET bytes of content in all.
+CONSOLE_WORKSPACE_MAX_ENTRIES = env_int("CONSOLE_WORKSPACE_MAX_ENTRIES", 100_000)
+CONSOLE_WORKSPACE_HASH_MAX_BYTES = env_int("CONSOLE_WORKSPACE_HASH_MAX_BYTES", 256 * 1024 * 1024)
+CONSOLE_WORKSPACE_HASH_BUDGET = env_int("CONSOLE_WORKSPACE_HASH_BUDGET", 1024 * 1024 * 1024)
 # Bulk operations: items the supervisor settles per batch (one progress event each), how long a preview
 # may be confirmed, and the most tasks one operation holds.
 CONSOLE_BULK_BATCH = env_int("CONSOLE_BULK_BATCH", 50)

@@ -15,6 +15,11 @@ api = [
     path("tasks/<int:task_id>/pause/", recovery_api.TaskPauseView.as_view(), name="api-task-pause"),
     path("tasks/<int:task_id>/resume-task/", recovery_api.TaskResumeView.as_view(), name="api-task-resume"),
     path("tasks/<int:task_id>/messages/", recovery_api.TaskMessagesView.as_view(), name="api-task-messages"),
+    path(
+        "tasks/<int:task_id>/messages/deliver/",
+        recovery_api.TaskMessagesDeliverView.as_view(),
+        name="api-task-messages-deliver",
+    ),
     path("tasks/<int:task_id>/owner/", recovery_api.TaskOwnerView.as_view(), name="api-task-owner"),
     path("tasks/<int:task_id>/continue/", recovery_api.TaskContinueView.as_view(), name="api-task-continue"),
     path("tasks/<int:task_id>/close/", recovery_api.TaskCloseView.as_view(), name="api-task-close"),
@@ -57,6 +62,7 @@ api = [
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
     path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
     path("runner/agents/<str:name>/tools/", tasks_api.AgentToolsView.as_view(), name="runner-agent-tools"),
+    path("runner/runs/<int:run_id>/messages/ack/", tasks_api.MessagesAckView.as_view(), name="runner-messages-ack"),
     path("bulk/", bulk_api.BulkListView.as_view(), name="api-bulk"),
     path("bulk/<int:op_id>/", bulk_api.BulkDetailView.as_view(), name="api-bulk-detail"),
     path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),
@@ -82,6 +88,7 @@ urlpatterns = [
     path("tasks/<int:task_id>/pause/", views.task_pause, name="task-pause"),
     path("tasks/<int:task_id>/resume/", views.task_resume, name="task-resume"),
     path("tasks/<int:task_id>/messages/", views.task_message, name="task-message"),
+    path("tasks/<int:task_id>/messages/deliver/", views.task_messages_deliver, name="task-messages-deliver"),
     path("tasks/<int:task_id>/continue/", views.task_continue, name="task-continue"),
     path("tasks/<int:task_id>/owner/", views.task_owner, name="task-owner"),
     path("tasks/<int:task_id>/close/", views.task_close, name="task-close"),
@@ -117,3 +124,4 @@ urlpatterns = [
 
 handler403 = views.forbidden
 handler404 = "tasks.errors.not_found"
+handler500 = "console.middleware.server_error"

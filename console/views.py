@@ -25,6 +25,7 @@ from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.models import Agent, Task
 from tasks.selectors import org_admin_names, primary_membership, visible_runs, visible_tasks
+from tasks.workspace import wire
 
 TABS = (
     ("needs_decision", "Needs decision"),
@@ -227,7 +228,15 @@ def task_workspace(request, task_id: int):
     copy = workspaces.HeldCopy.objects.filter(task=task, pk=held).first() if held else None
     if copy is None:
         return redirect(f"/tasks/{task_id}/#workspace-{task_id}")
-    files = [{"row": f, "status_text": presenter.file_status(f.status)} for f in workspaces.held_listing(copy)]
+    files = [
+        {
+            "row": f,
+            "path": presenter.path_text(wire(f.path)),
+            "status_text": presenter.file_status(f.status),
+            "note": presenter.side_text(f.actual),
+        }
+        for f in workspaces.held_listing(copy)
+    ]
     return _page(request, "console/held.html", {"task": task, "copy": copy, "files": files, "nav": "board"})
 
 
@@ -297,6 +306,8 @@ def _continue(request, task):
 
 
 task_continue = _task_header_action(_continue)
+# Follow-ups a closing left undelivered, offered again on the reopened task (through normal admission).
+task_messages_deliver = _task_header_action(lambda r, t: followups.messages_deliver(user=r.user, task_id=t.pk))
 # Start over: a fresh run from the beginning that reuses nothing (recovery.fresh).
 task_start_over = _task_header_action(
     lambda r, t: start_over(task_id=t.pk, user=r.user, accept_duplicate_risk=_checked(r, "accept_duplicate_risk")),

@@ -28,6 +28,7 @@ from recovery.models import (
 from recovery.selectors import current_gate, diagnose
 from recovery.transitions import ACTIONS
 from tasks.authz import require_role
+from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
 from tasks.events import event_append
 from tasks.models import Role, Run, RunKind, UnknownOutcome, refused_at_admission
@@ -126,6 +127,8 @@ def action_open(
     status: str = ActionStatus.OPEN,
     exhaustion: str = "",
     actor="supervisor",
+    attempts: int = 0,
+    max_attempts: int | None = None,
 ) -> RecoveryAction:
     """Open the live action for (task, kind, run), or return the one that is already live.
 
@@ -150,6 +153,8 @@ def action_open(
                 original_owner_id=run.task.agent_id,
                 recovery_owner=recovery_owner,
                 exhaustion=exhaustion,
+                attempts=attempts,
+                **({"max_attempts": max(max_attempts, attempts)} if max_attempts is not None else {}),
                 # Workspace actions wait for an admin's repair, and a run that cannot be recovered (its tool or
                 # subagent is gone, its checkpoint corrupt) waits for Start over or a cancel: neither ages into an
                 # exhaustion whose "one more attempt" would be refused. No due time.
@@ -164,6 +169,92 @@ def action_open(
             return action
     except IntegrityError:
         return RecoveryAction.objects.get(task_id=run.task_id, kind=kind, run=run, status__in=LIVE_ACTION_STATUSES)
+
+
+def blocking_cause(diagnosis) -> str:
+    """The one cause an action about this diagnosis is opened with."""
+    codes = [r.code for r in diagnosis.reasons]
+    if diagnosis.disposition == c.CORRUPT:
+        return "corrupt_checkpoint"
+    for code in c.UNAVAILABLE:  # recovery unavailable: what remains is start over or cancel
+        if code in codes:
+            return code
+    if diagnosis.disposition == c.EXHAUSTED:
+        return codes[0]
+    if "unknown_outcome" in codes:
+        return "unknown_outcome"
+    if "step_failed" in codes:
+        return "step_failed"
+    return codes[0] if codes else "needs_decision"
+
+
+def action_open_for(
+    run: Run,
+    diagnosis,
+    *,
+    cause: str = "",
+    exhaustion: str = "",
+    actor="supervisor",
+    evidence: dict | None = None,
+    attempts: int = 0,
+    max_attempts: int | None = None,
+):
+    """Open (or find) the live action a person settles for `run`, from its diagnosis, inside the caller's
+    transaction: an unknown outcome (naming the batch item or nested call), an exhaustion (an admin's),
+    or anything else that needs a person. `cause` overrides the diagnosis' cause (`auto_resume_off`, or
+    an exhaustion recorded earlier, with `exhaustion` saying which bound, and that action's `evidence` and
+    attempts, so the reopened card says the same cause)."""
+    evidence = (
+        dict(evidence)
+        if evidence
+        else {
+            "disposition": diagnosis.disposition,
+            "reasons": [r.as_dict() for r in diagnosis.reasons],
+            "run_status": run.status,
+            "error_code": run.error_code,
+            "error_detail": run.error_detail,
+        }
+    )
+    cause = cause or blocking_cause(diagnosis)
+    if cause == "auto_resume_off":
+        return action_open(
+            run=run, kind=ActionKind.CONTINUATION, cause=cause, evidence=evidence, recovery_owner="role:operator"
+        )
+    if cause in c.UNAVAILABLE:
+        evidence["remaining"] = ["start_over", "cancel"]
+    unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
+    exhausted = bool(exhaustion) or diagnosis.disposition == c.EXHAUSTED
+    if not exhausted and cause == "unknown_outcome" and unknown:
+        seq = unknown[0].seq
+        step = run.steps.get(seq=seq)
+        evidence.update(
+            {
+                "seq": seq,
+                "tool": step.tool,
+                "args": step.args,
+                "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
+                "recovery_mode": step.recovery_mode,
+            }
+        )
+        if step.parent_seq is not None:  # a batch item or a subagent's call: say which
+            evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
+        kind = ActionKind.UNKNOWN_OUTCOME
+    else:
+        seq = next((r.seq for r in diagnosis.reasons if r.seq is not None), None)
+        kind = ActionKind.CONTINUATION
+    return action_open(
+        run=run,
+        kind=kind,
+        cause=cause,
+        evidence=evidence,
+        seq=seq,
+        recovery_owner="role:admin" if exhausted else "role:operator",
+        status=ActionStatus.EXHAUSTED if exhausted else ActionStatus.OPEN,
+        exhaustion=(exhaustion or cause) if exhausted else "",
+        actor=actor,
+        attempts=attempts,
+        max_attempts=max_attempts,
+    )
 
 
 # --- operator writes -----------------------------------------------------------
@@ -248,11 +339,11 @@ def action_retry(
     gate_closed `workspace_hold`) when the workspace differs from its manifest —
     raised after the refused run and its workspace action were saved.
     """
-    return _after_commit(
-        _action_retry(
+    with workspaces.read_ahead_for_action(action_id, user):
+        done = _action_retry(
             action_id=action_id, user=user, version=version, accept_duplicate_risk=accept_duplicate_risk, reason=reason
         )
-    )
+    return _after_commit(done)
 
 
 @transaction.atomic
@@ -327,8 +418,8 @@ def action_decide(
     action stays open for a decision later. A continuation refused by workspace
     validation records no decision (`WorkspaceHeld`, after its evidence committed).
     """
-    return _after_commit(
-        _action_decide(
+    with workspaces.read_ahead_for_action(action_id, user):
+        done = _action_decide(
             action_id=action_id,
             user=user,
             version=version,
@@ -336,7 +427,7 @@ def action_decide(
             note=note,
             accept_duplicate_risk=accept_duplicate_risk,
         )
-    )
+    return _after_commit(done)
 
 
 @transaction.atomic

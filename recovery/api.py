@@ -15,6 +15,7 @@ from tasks.errors import Forbidden, Invalid, NotFound
 from tasks.models import Agent, RecoveryMode, Role, UnknownOutcome
 from tasks.modes import default_mode
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
+from tasks.workspace import wire
 
 ID_MAX = 2**63 - 1  # ids and versions are 64-bit
 
@@ -290,7 +291,21 @@ class TaskMessagesView(OperatorView):
 
         def handle():
             message = followups.message_save(user=request.user, task=task, body=data.validated_data["body"])
-            return Response(message_data(message), status=status.HTTP_201_CREATED)
+            return Response(
+                message_data(message, waiting_reason=message.waiting_reason), status=status.HTTP_201_CREATED
+            )
+
+        return idempotent(request, handle)
+
+
+class TaskMessagesDeliverView(OperatorView):
+    @extend_schema(request=None, responses={202: schemas.DeliveredOut})
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+
+        def handle():
+            ids = followups.messages_deliver(user=request.user, task_id=task_id)
+            return Response({"task": task_id, "messages": ids}, status=status.HTTP_202_ACCEPTED)
 
         return idempotent(request, handle)
 
@@ -611,7 +626,10 @@ class ActionRepairTaskView(OperatorView):
 def _side(side: dict | None) -> dict | None:
     if side is None:
         return None
-    return {k: side[k] for k in ("size", "sha256", "mtime", "kind", "link") if k in side}
+    return {
+        k: side[k] for k in ("size", "sha256", "mtime", "kind", "link", "hashed", "not_kept", "not_kept_detail")
+        if k in side
+    }  # fmt: skip
 
 
 def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
@@ -624,10 +642,12 @@ def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
             if state.hold
             else None
         ),
+        **state.bounds,
         "files": [
             {
-                "path": f.path,
+                "path": wire(f.path),
                 "status": f.status,
+                **({} if f.verified else {"verified": False}),
                 "recorded": _side(f.recorded),
                 "actual": _side(f.actual),
                 "written_by": (
@@ -683,7 +703,7 @@ class TaskWorkspaceView(OperatorView):
                     "held": True,
                     "reason": copy.reason,
                     "kept": copy.files,
-                    "files": [{"path": f.path, "status": f.status, "actual": _side(f.actual)} for f in files],
+                    "files": [{"path": wire(f.path), "status": f.status, "actual": _side(f.actual)} for f in files],
                 }
             )
         return Response(workspace_data(task, workspaces.workspace_state(task)))

@@ -35,7 +35,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery import actions as recovery_actions
-from recovery import controls, presenter, triage
+from recovery import controls, presenter, triage, workspaces
 from recovery.bulk_rules import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.bulk_selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
@@ -55,7 +55,7 @@ from tasks.errors import (
 )
 from tasks.events import event_append
 from tasks.models import Role, Task
-from tasks.selectors import primary_membership, visible_tasks
+from tasks.selectors import memberships_forget, primary_membership, visible_tasks
 from tasks.services import actor_label
 from tasks.transitions import Event
 
@@ -360,7 +360,7 @@ def bulk_advance(*, budget: float = 2.0, batch: int | None = None) -> int:
 
 
 def _actor(op: BulkOperation):
-    """The person the items act for, with memberships read now (a role lost midway is seen at once)."""
+    """The person the items act for; each item reads their memberships again (`_item`)."""
     user = get_user_model().objects.filter(pk=op.actor_id).first() if op.actor_id else None
     return user or AnonymousUser()
 
@@ -387,6 +387,15 @@ def bulk_batch(op_id: int, *, size: int | None = None) -> int:
 
 
 def _item(op: BulkOperation, item_id: int, user) -> int:
+    if op.action in ("retry", "decide", "continue"):
+        # A continuation validates the task's workspace: it is read before the item's transaction.
+        task_id = BulkItem.objects.filter(pk=item_id).values_list("task_id", flat=True).first()
+        with workspaces.read_ahead_for_task(task_id, user):
+            return _item_locked(op, item_id, user)
+    return _item_locked(op, item_id, user)
+
+
+def _item_locked(op: BulkOperation, item_id: int, user) -> int:
     try:
         with transaction.atomic():
             qs = BulkItem.objects.filter(pk=item_id, result=BulkResult.PENDING)
@@ -397,6 +406,9 @@ def _item(op: BulkOperation, item_id: int, user) -> int:
                 return 0
             if BulkOperation.objects.filter(pk=op.pk).values_list("status", flat=True).first() != BulkStatus.RUNNING:
                 return STOP  # cancelled meanwhile: the cancel skips what is left
+            # The role is read again for every item, in its transaction: a role lost midway is seen at once,
+            # not at the next batch.
+            memberships_forget(user)
             _record(op, item, _apply(op, item, user), user)
             return 1
     except Exception as exc:  # the item's own transaction failed (a database error outside a service)
@@ -479,6 +491,9 @@ def _call(op: BulkOperation, item: BulkItem, task: Task, params: Params, user) -
         return Outcome(BulkResult.FAILED, "workspace_hold", held.detail)
     if done.held is not None:
         return Outcome(BulkResult.FAILED, "workspace_hold", done.held.detail)
+    if done.run is None and done.gate is not None:
+        # A bound (attempts or the chain used up): the gate, and who lifts it, as a single click is told.
+        return Outcome(BulkResult.SKIPPED, done.gate.gate, f"{done.gate.detail} Lifted by {done.gate.lifted_by}.")
     if done.run is None:
         return Outcome(BulkResult.SKIPPED, "needs_decision", done.detail)
     return Outcome(BulkResult.APPLIED, run=done.run.pk)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from recovery import classify as c
-from recovery.gates import AdmissionFacts, first_closed_gate
+from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.holds import Hold, TaskFacts, task_hold
 
 ACTIONS = ("retry", "cancel", "pause", "resume", "continue", "decide")
@@ -35,6 +35,7 @@ class ActionFacts:
     attempts: int
     max_attempts: int
     source_lease_live: bool = False
+    exhaustion: str = ""  # why an exhausted action is exhausted: a bound, or its due time
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,11 @@ def _continue(facts: ItemFacts) -> Verdict:
     workspace = next((a for a in facts.actions if a.kind in WORKSPACE_KINDS), None)
     if workspace is not None:
         return Verdict(refusal="workspace_hold", detail=f"Recovery action #{workspace.id} holds the workspace.")
+    # A bound (not a due time) holds it: only the admin's grant on that action gets past it (recovery.controls).
+    bound = next((a for a in facts.actions if a.status == "exhausted" and a.exhaustion in BOUNDS), None)
+    if bound is not None:
+        gate = "chain_exhausted" if bound.exhaustion == "chain_exhausted" else "attempts_exhausted"
+        return Verdict(refusal=gate, detail=f"Recovery action #{bound.id} is exhausted: it waits for an admin.")
     if facts.actions:
         return Verdict(refusal="needs_decision", detail=f"Recovery action #{facts.actions[0].id} decides it.")
     if facts.run_id is None or facts.run_status == "succeeded":

@@ -55,11 +55,12 @@ def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemF
             "max_attempts",
             "run__status",
             "run__lease_expires_at",
+            "exhaustion",
         )
     ):
-        task_id, *facts, run_status, lease_expires_at = row
+        task_id, *facts, run_status, lease_expires_at, exhaustion = row
         lease_live = run_status in LEASED_RUN_STATUSES and lease_expires_at is not None and lease_expires_at > now
-        live.setdefault(task_id, []).append(ActionFacts(*facts, source_lease_live=lease_live))
+        live.setdefault(task_id, []).append(ActionFacts(*facts, source_lease_live=lease_live, exhaustion=exhaustion))
     deps: dict[int, list[int]] = {}
     for from_id, to_id in (
         Task.dependencies.through.objects.filter(from_task_id__in=task_ids)

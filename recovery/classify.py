@@ -474,7 +474,10 @@ def classify(facts: RunFacts) -> Diagnosis:
     by_seq = {s.seq: s for s in facts.steps}
     top = [v for v in verdicts if v.parent_seq is None]
     judged = _judged_batches(verdicts)
-    for v in top:
+    # A verified stop (Stop, a pause, the budget: the run ended `stopped`, with a receipt) is not an
+    # interruption: what it left dispatched counts against no bound. Only a run cut off counts.
+    cut_off = facts.status == "interrupted"
+    for v in top if cut_off else ():
         if v.seq in judged:
             continue  # a batch is bounded item by item: progress across runs is not a repeat
         if v.verdict in (REPLAY, UNKNOWN_OUTCOME, DROP) and facts.earlier_interruptions.get(v.seq, 0) >= 1:
@@ -486,7 +489,7 @@ def classify(facts: RunFacts) -> Diagnosis:
                     v.seq,
                 )
             )
-    for parent, items in judged.items():
+    for parent, items in judged.items() if cut_off else ():
         for k in items:
             if k.verdict in (REPLAY, UNKNOWN_OUTCOME, DROP) and facts.earlier_interruptions.get(k.seq, 0) >= 1:
                 reasons.append(
@@ -499,7 +502,10 @@ def classify(facts: RunFacts) -> Diagnosis:
                 )
     if facts.chain_length >= CHAIN_MAX_RUNS:
         reasons.append(
-            Reason("chain_exhausted", f"This chain already holds {facts.chain_length} runs, the most it may.")
+            Reason(
+                "chain_exhausted",
+                f"This chain already holds {facts.chain_length} runs (verified stops not counted), the most it may.",
+            )
         )
     if reasons:
         return Diagnosis(EXHAUSTED, verdicts, tuple(reasons))

@@ -6,25 +6,103 @@ what was never dispatched or is safe to replay, drops what its mode drops (and
 says so), and refuses anything of unknown outcome unless a person decided it.
 """
 
+from dataclasses import dataclass
+
 from django.db import transaction
 from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.presenter import notice_text
+from recovery.presenter import notice_text, run_status_phrase
 from recovery.selectors import diagnose, run_facts
-from tasks.batches import FOREACH
+from tasks.batches import FOREACH, NESTED_BASE
 from tasks.errors import NotEligible
 from tasks.events import event_append
+from tasks.holds import Hold
 from tasks.models import Message, MessageStatus, Run, RunKind, Step
 from tasks.services import run_enqueue
 from tasks.transitions import MESSAGES
 
 
 def classify_as_stopped(run: Run, steps: list[Step]):
+    """A failed or succeeded run judged as a stopped one (classify only speaks of interrupted/stopped runs):
+    what it completed is reused, what failed is kept, and nothing of it counts as an interruption."""
     from dataclasses import replace
 
     return c.classify(replace(run_facts(run, steps), status="stopped"))
+
+
+def source_diagnosis(source: Run, steps: list[Step] | None = None):
+    steps = list(Step.objects.filter(run=source).order_by("seq")) if steps is None else steps
+    if source.status in ("failed", "succeeded"):
+        return classify_as_stopped(source, steps)
+    return diagnose(source, steps)
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Why a continuation of a run cannot be admitted outside an action (Continue now, a follow-up), and what a
+    person settles first. `kind`: gate (a closed gate: `hold`) | corrupt | unavailable | exhausted (a bound:
+    `exhaustion`, and the `recorded` action that was exhausted by it, if a person cancelled that) |
+    unknown_outcome (`seq`, nobody decided it)."""
+
+    kind: str
+    detail: str = ""
+    hold: Hold | None = None
+    diagnosis: c.Diagnosis | None = None
+    exhaustion: str = ""
+    recorded: object = None
+    seq: int | None = None
+
+    def action_kwargs(self) -> dict:
+        """How `actions.action_open_for` opens the action that asks a person about it."""
+        if self.kind != "exhausted":
+            return {}
+        kwargs = {"cause": self.exhaustion, "exhaustion": self.exhaustion}
+        if self.recorded is not None:
+            kwargs.update(attempts=self.recorded.attempts, max_attempts=self.recorded.max_attempts)
+            kwargs["evidence"] = self.recorded.evidence
+        return kwargs
+
+
+def continuation_blocked(task, source: Run) -> Blocked | None:
+    """What refuses a continuation of `source` admitted outside an action, read now; None when it may go.
+
+    The gates (a hold, the workspace, a live lease, the chain's bound), a checkpoint nothing can be reused
+    from, and the bounds automatic recovery keeps: an operation interrupted twice in the chain, or attempts an
+    action used up and a person cancelled since — only an admin's grant gets past those, never Continue now
+    or a follow-up. Then an unknown outcome nobody decided.
+    """
+    from recovery.gates import first_closed_gate
+    from recovery.selectors import admission_facts, recorded_exhaustion
+
+    gate = first_closed_gate(admission_facts(task=task, source=source))
+    if gate is not None:
+        return Blocked("gate", gate.detail, hold=gate)
+    steps = list(Step.objects.filter(run=source).order_by("seq"))
+    diagnosis = source_diagnosis(source, steps)
+    if diagnosis.disposition == c.CORRUPT or source.recovery_disabled:
+        return Blocked("corrupt", diagnosis=diagnosis)
+    unavailable = [r for r in diagnosis.reasons if r.code in c.UNAVAILABLE]
+    if unavailable:
+        return Blocked("unavailable", unavailable[0].detail, diagnosis=diagnosis)
+    if diagnosis.disposition == c.EXHAUSTED:
+        return Blocked("exhausted", diagnosis=diagnosis, exhaustion=diagnosis.reasons[0].code)
+    recorded = recorded_exhaustion(source)
+    if recorded is not None:
+        return Blocked("exhausted", diagnosis=diagnosis, exhaustion=recorded.exhaustion, recorded=recorded)
+    unknown = [v for v in diagnosis.steps if v.parent_seq is None and v.verdict == c.UNKNOWN_OUTCOME]
+    if unknown:
+        item = next(
+            (
+                r.seq
+                for r in diagnosis.reasons
+                if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == unknown[0].seq
+            ),
+            None,
+        )
+        return Blocked("unknown_outcome", diagnosis=diagnosis, seq=item or unknown[0].seq)
+    return None
 
 
 @transaction.atomic
@@ -44,7 +122,7 @@ def continuation_create(
     `performed` maps a step of unknown outcome to the outcome a person recorded
     for it (it is carried as a saved result); `rerun` names steps of unknown
     outcome, or failed steps, that a person explicitly chose to run again
-    (`rerun_why`: "retry", "decided" or "follow-up", kept in the run's `carry`
+    (`rerun_why`: "retry", "decided", "continue_now" or "follow-up", kept in the run's `carry`
     so its page says why each step ran again).
     Either may name a batch item (its nested seq): the batch then resumes with
     that item taken as performed, or run again. A resuming batch carries its
@@ -93,15 +171,17 @@ def continuation_create(
                 },
             )
         performed = {}
-    continuable = ("interrupted", "stopped", "failed") if allow_final else ("interrupted", "stopped")
+    # A run that ended by itself (failed, or succeeded while a follow-up waited) is continued on a person's
+    # request only: Continue now, a follow-up.
+    continuable = ("interrupted", "stopped", "failed", "succeeded") if allow_final else ("interrupted", "stopped")
     if source.status not in continuable:
-        raise NotEligible(f"Run #{source.pk} is {source.status}; only an interrupted or stopped run is continued.")
+        raise NotEligible(
+            f"Run #{source.pk} {run_status_phrase(source.status)}: only an interrupted or stopped run is continued."
+        )
     if source.recovery_disabled:
         raise NotEligible(f"Recovery is disabled for run #{source.pk}: {source.recovery_disabled}")
     steps = list(Step.objects.filter(run=source).order_by("seq"))
-    diagnosis = diagnose(source, steps)
-    if source.status == "failed":  # classify only speaks of interrupted/stopped runs
-        diagnosis = classify_as_stopped(source, steps)
+    diagnosis = source_diagnosis(source, steps)
     if diagnosis.disposition == c.CORRUPT:
         raise NotEligible(
             f"Run #{source.pk} has a contradictory checkpoint; nothing of it is replayed.",
@@ -228,10 +308,15 @@ def continuation_create(
         elif item and s.seq not in rerun and verdict is not None and verdict.verdict == c.DROP:
             dropped.append({"seq": s.seq, "parent_seq": s.parent_seq, "tool": s.tool, "reason": verdict.detail})
 
+    # A person's statement stays a statement on every later run of the chain: a step carried again that a
+    # person declared performed (in an earlier run) is never turned into a "saved result" one hop later.
+    earlier = (source.carry or {}).get("declared") or {}
+    kept = {str(s.seq) for s, _ in carried} | {str(s.seq) for s, _, phase in nested if phase == "completed"}
+    declared = {**{k: v for k, v in earlier.items() if k in kept}, **declared}
     carry = {
         "dropped": dropped,
         "reason": reason,
-        # Why each step runs again ("replay", "not_started", "retry", "decided", "follow-up"),
+        # Why each step runs again ("replay", "not_started", "retry", "decided", "continue_now", "follow-up"),
         # and the steps a person declared performed: no saved result exists for those.
         "rerun": [{"seq": seq, "why": why.get(seq, rerun_why)} for seq in reran],
         "declared": declared,

@@ -13,16 +13,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery import classify as c
-from recovery import workspaces
+from recovery import presenter, workspaces
 from recovery.actions import action_retire
-from recovery.continuations import continuation_create
-from recovery.gates import first_closed_gate
+from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
+from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
-from recovery.selectors import admission_facts, diagnose
+from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
 from tasks.batches import NESTED_BASE
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
 from tasks.events import event_append
+from tasks.holds import Hold
 from tasks.models import (
     LIVE_RUN_STATUSES,
     Agent,
@@ -34,7 +35,6 @@ from tasks.models import (
     RunStatus,
     Task,
     TaskStatus,
-    refused_at_admission,
 )
 from tasks.selectors import visible_tasks
 from tasks.services import _request_stop, actor_label, run_cancel_queued, run_enqueue
@@ -69,17 +69,6 @@ def _event(task: Task, kind: str, actor, **payload) -> None:
 
 def _latest_run(task: Task) -> Run | None:
     return Run.objects.filter(task=task).order_by("-id").first()
-
-
-def _source_run(task: Task) -> Run | None:
-    """The run a continuation continues: the latest one, passing over runs cancelled before they started."""
-    return (
-        Run.objects.filter(task=task)
-        .exclude(status=RunStatus.CANCELLED, started_at__isnull=True)
-        .exclude(refused_at_admission())
-        .order_by("-id")
-        .first()
-    )
 
 
 # --- owner -------------------------------------------------------------------------
@@ -133,7 +122,7 @@ def task_reassign(*, user, task_id: int, agent: str, reason: str = "") -> Task:
 @dataclass(frozen=True)
 class Continued:
     """What Continue now did: queued `run`, or named the `action` that must decide first (not an error:
-    opening that action is a change that is kept)."""
+    opening that action is a change that is kept), with the `gate` that holds it when it is a bound."""
 
     run: Run | None = None
     action: int | None = None
@@ -141,15 +130,24 @@ class Continued:
     seq: int | None = None
     # Set when the workspace hold refused it (the refused run and its workspace action are kept).
     held: GateClosed | None = None
+    # Set when a bound refused it (attempts or the chain used up): the gate and who lifts it.
+    gate: Hold | None = None
 
     def refusal(self) -> NeedsDecision | GateClosed:
         if self.held is not None:
             return self.held
         extra = {"action": self.action} | ({"seq": self.seq} if self.seq is not None else {})
+        if self.gate is not None:
+            return GateClosed(self.gate.detail, gate=self.gate.gate, lifted_by=self.gate.lifted_by, **extra)
         return NeedsDecision(self.detail, **extra)
 
 
-@transaction.atomic
+def _bound(action: RecoveryAction) -> Continued:
+    """Continue now refused by an exhausted bound, naming the gate, the action and who lifts it."""
+    hold = presenter.bound_hold(action)
+    return Continued(action=action.pk, detail=hold.detail, seq=action.seq, gate=hold)
+
+
 def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     """A continuation of the task's last run, through classification and every gate.
 
@@ -158,19 +156,36 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
     unknown outcome is undecided and no action is live (its action was
     cancelled), a new unknown-outcome action is opened for it and named. A
     failed step of the last run is run again: asking to continue is asking for it.
+    A run that succeeded is continued only for follow-ups that wait (it carries them).
+
+    Bounded per chain like automatic recovery: a chain at its bound is refused
+    (`chain_exhausted`), and an operation interrupted twice in the chain, or an
+    action's attempts used up, is refused with gate `attempts_exhausted` — the
+    exhausted action is opened again (when a person had cancelled it) for the one
+    grant that gets past it: an admin's one more attempt.
+
+    The workspace is read before the transaction, for its validation to compare.
     """
+    with workspaces.read_ahead_for_task(task_id, user):
+        return _task_continue(user=user, task_id=task_id, note=note)
+
+
+@transaction.atomic
+def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
     task = _task(user, task_id, Role.OPERATOR)
     note = _reason(note)
     held = workspaces.live_action(task.pk)
     if held is not None:
         raise workspaces.hold_error(held)
     live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
+    if live is not None and live.status == ActionStatus.EXHAUSTED and live.exhaustion in BOUNDS:
+        return _bound(live)
     if live is not None:
         return Continued(
             action=live.pk,
             detail=f"Recovery action #{live.pk} decides how this task continues: act on it, or cancel it first.",
         )
-    source = _source_run(task)
+    source = continuation_source(task)
     if source is None:
         latest = _latest_run(task)
         if latest is None:
@@ -183,42 +198,53 @@ def task_continue(*, user, task_id: int, note: str = "") -> Continued:
         _event(task, "task_continued", user, run=run.pk, continues=None, note=note)
         return Continued(run=run)
     if source.status in LIVE_RUN_STATUSES:
-        raise NotEligible(f"Run #{source.pk} is {source.status}: there is nothing to continue yet.", reason="run_live")
-    if source.status == RunStatus.SUCCEEDED:
+        raise NotEligible(
+            f"Run #{source.pk} {presenter.run_status_phrase(source.status)}: there is nothing to continue yet.",
+            reason="run_live",
+        )
+    waiting = Message.objects.filter(task=task, status=MessageStatus.WAITING).exists()
+    if source.status == RunStatus.SUCCEEDED and not waiting:
         raise NotEligible(f"Run #{source.pk} succeeded: there is nothing to continue.", reason="nothing_to_continue")
-    gate = first_closed_gate(admission_facts(task=task, source=source))
-    if gate is not None:
-        raise GateClosed(gate.detail, gate=gate.gate, lifted_by=gate.lifted_by)
-    steps = list(source.steps.order_by("seq"))
-    diagnosis = diagnose(source, steps)
-    if source.status == RunStatus.FAILED:
-        from recovery.continuations import classify_as_stopped
-
-        diagnosis = classify_as_stopped(source, steps)
-    if diagnosis.disposition == c.CORRUPT or source.recovery_disabled:
+    blocked = continuation_blocked(task, source)
+    if blocked is not None and blocked.kind == "gate":
+        raise GateClosed(blocked.hold.detail, gate=blocked.hold.gate, lifted_by=blocked.hold.lifted_by)
+    if blocked is not None and blocked.kind == "corrupt":
         raise NotEligible(
             f"Run #{source.pk} cannot be continued: nothing of its checkpoint can be reused safely. Start over or "
             "close the task.",
-            reason="corrupt_checkpoint" if diagnosis.disposition == c.CORRUPT else "recovery_disabled",
+            reason="recovery_disabled" if source.recovery_disabled else "corrupt_checkpoint",
         )
-    top = [v for v in diagnosis.steps if v.parent_seq is None]
-    unknown = [v for v in top if v.verdict == c.UNKNOWN_OUTCOME]
-    if unknown:
-        action = _open_decision(source, unknown[0], diagnosis)
+    if blocked is not None and blocked.kind == "unavailable":
+        reasons = [r for r in blocked.diagnosis.reasons if r.code in c.UNAVAILABLE]
+        raise NotEligible(
+            f"Recovery of run #{source.pk} is unavailable: {reasons[0].detail} "
+            "What remains: start over (a fresh run that reuses nothing) or cancel.",
+            reason=reasons[0].code,
+            reasons=[r.as_dict() for r in reasons],
+        )
+    if blocked is not None and blocked.kind == "exhausted":
+        from recovery.actions import action_open_for
+
+        source = Run.objects.select_related("task").get(pk=source.pk)
+        return _bound(action_open_for(source, blocked.diagnosis, actor=user, **blocked.action_kwargs()))
+    if blocked is not None and blocked.kind == "unknown_outcome":
+        diagnosis = blocked.diagnosis
+        unknown = next(v for v in diagnosis.steps if v.parent_seq is None and v.verdict == c.UNKNOWN_OUTCOME)
+        action = _open_decision(source, unknown, diagnosis)
         return Continued(
             action=action.pk,
-            seq=unknown[0].seq,
-            detail=f"Step {unknown[0].seq} ({unknown[0].tool}) of run #{source.pk} may or may not have happened: "
+            seq=unknown.seq,
+            detail=f"Step {unknown.seq} ({unknown.tool}) of run #{source.pk} may or may not have happened: "
             f"decide it on recovery action #{action.pk} first.",
         )
-    failed = {v.seq for v in top if v.verdict == c.REUSE and v.reason == "failed"}
-    # An operator asking to continue takes responsibility for steps that were cut off twice.
+    diagnosis = source_diagnosis(source)
+    failed = {v.seq for v in diagnosis.steps if v.parent_seq is None and v.verdict == c.REUSE and v.reason == "failed"}
     run = continuation_create(
         source=source,
         actor=user,
         reason=f"continue now by {actor_label(user)}" + (f": {note}" if note else ""),
         rerun=failed,
-        rerun_why="retry",
+        rerun_why="continue_now",
         allow_final=True,
     )
     if workspaces.refused(run):

@@ -13,16 +13,30 @@ a destination path through a link, refuses the export.
 """
 
 import os
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
+from django.utils import timezone
 
 from recovery.models import ActionKind, Export, HeldCopy
+from tasks import payloads
 from tasks.events import event_append
 from tasks.export_roots import destination_refusal
 from tasks.models import Run, RunStatus, Task
-from tasks.workspace import copy_file, file_entry, make_fresh_dir, scan
+from tasks.workspace import (
+    copy_file,
+    file_entry,
+    file_sha,
+    make_fresh_dir,
+    name_of,
+    scan,
+    shown,
+    wire,
+)
 
 EXPORT_FAILED = "export_failed"
 
@@ -56,7 +70,15 @@ def copy_workspace(task: Task, dest: str) -> dict:
     if refusal:
         result["refused"] = refusal[0]
         raise ExportError(refusal[1], result)
-    files = scan(task.workspace, with_hash=True)
+    found = scan(task.workspace)
+    if not found.complete or found.unread:
+        raise ExportError(
+            f"The workspace holds more than {found.limit} entries (CONSOLE_WORKSPACE_MAX_ENTRIES) or a directory "
+            "the console cannot read; nothing was copied, so the destination never holds part of it.",
+            result,
+        )
+    # Directories are made with the files in them; every other kind is listed (a link is never followed).
+    files = {k: e for k, e in found.entries.items() if e.kind != "dir"}
     result["checked"] = len(files)
     held: Path | None = None
     held_files: list[dict] = []
@@ -66,32 +88,35 @@ def copy_workspace(task: Task, dest: str) -> dict:
             raise ExportError(f"The export destination {dest} is not a directory.", result)
         for rel, entry in sorted(files.items()):
             if entry.kind != "file":
-                result["skipped"].append({"path": rel, "why": entry.kind, "link": entry.link})
+                result["skipped"].append({"path": wire(rel), "why": entry.kind, "link": payloads.encode(entry.link)})
                 continue
+            entry = replace(entry, sha256=file_sha(task.workspace, rel))
             there = file_entry(dest, rel)
             if there is not None and there.kind != "file":
                 raise ExportError(
-                    f"{rel}: the destination holds a symbolic link or special file there; it is never followed "
-                    "or replaced.",
+                    f"{shown(rel)}: the destination holds a symbolic link or special file there; it is never "
+                    "followed or replaced.",
                     result,
                 )
             if there is not None and there.sha256 == entry.sha256:
-                result["unchanged"].append({"path": rel, "sha256": entry.sha256})
+                result["unchanged"].append({"path": wire(rel), "sha256": entry.sha256})
                 continue
             if there is not None:
                 # Keep what the destination held before replacing it.
                 if held is None:
                     held = _held_dir(task, "export")
                 copy_file(dest, rel, held, rel)
-                held_files.append({"path": rel, "sha256": there.sha256, "size": there.size, "why": "replaced"})
-                result["kept"].append({"path": rel, "sha256": there.sha256, "copy": str(held / rel)})
+                held_files.append({"path": wire(rel), "sha256": there.sha256, "size": there.size, "why": "replaced"})
+                result["kept"].append(
+                    {"path": wire(rel), "sha256": there.sha256, "copy": payloads.encode(str(held / name_of(rel)))}
+                )
             after = copy_file(task.workspace, rel, dest, rel)
             check = file_entry(dest, rel)
             if after != entry.sha256 or check is None or check.sha256 != entry.sha256:
-                raise ExportError(f"{rel}: the copy at the destination does not match the workspace.", result)
+                raise ExportError(f"{shown(rel)}: the copy at the destination does not match the workspace.", result)
             result["copied"].append(
                 {
-                    "path": rel,
+                    "path": wire(rel),
                     "size": entry.size,
                     "before": there.sha256 if there else None,
                     "after": check.sha256,
@@ -107,68 +132,137 @@ def copy_workspace(task: Task, dest: str) -> dict:
     return result
 
 
-def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = True) -> Export:
-    """Copy the workspace to the task's destination and record the outcome, in the caller's transaction.
-
-    A failure records the error and (unless a repair is retrying) opens the
-    `workspace_export` action of the run with it.
-    """
-    from recovery.actions import action_open
-
-    dest = task.export_destination
+def _copy(task: Task) -> tuple[dict, bool, str]:
+    """Copy the task's workspace to its destination: (result with counts, ok, error). Reads and writes files;
+    called with nothing locked."""
     try:
-        result = copy_workspace(task, dest)
+        result = copy_workspace(task, task.export_destination)
         ok, error = True, ""
     except ExportError as exc:
         result, ok, error = exc.result, False, str(exc)
     counts = {k: len(result.get(k, [])) for k in ("copied", "unchanged", "kept", "skipped")}
     result["counts"] = {"checked": result.get("checked", 0), **counts}
-    export = Export.objects.create(
-        task=task, run=run, destination=dest, ok=ok, error=error[:5000], result=result, repair=repair
-    )
+    return result, ok, error[:5000]
+
+
+def _recorded(export: Export, *, actor, open_action: bool) -> None:
+    """The event of a finished export and, for a failure (unless a repair is retrying), the `workspace_export`
+    action of its run. In the transaction that records the outcome."""
+    from recovery.actions import action_open
+
+    task, run = export.task, export.run
     event_append(
         org_id=task.org_id,
         task_id=task.pk,
         run_id=run.pk,
-        kind="workspace_exported" if ok else "workspace_export_failed",
+        kind="workspace_exported" if export.ok else "workspace_export_failed",
         actor=actor,
-        payload={"export": export.pk, "destination": dest, "error": error[:500], **result["counts"]},
+        payload={
+            "export": export.pk,
+            "destination": export.destination,
+            "error": export.error[:500],
+            **export.result["counts"],
+        },
     )
-    if not ok and open_action:
+    if not export.ok and open_action:
         action_open(
             run=Run.objects.select_related("task").get(pk=run.pk),
             kind=ActionKind.WORKSPACE_EXPORT,
             cause=EXPORT_FAILED,
-            evidence={"error": error, "destination": dest, "export": export.pk, **result},
+            evidence={"error": export.error, "destination": export.destination, "export": export.pk, **export.result},
             recovery_owner="role:admin",
             actor=actor,
         )
+
+
+def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = True) -> Export:
+    """Copy the workspace to the task's destination and record the outcome, in the caller's transaction (an
+    admin's Retry export). A failure records the error and, unless `open_action` is off (a repair retrying),
+    opens the `workspace_export` action of the run with it."""
+    result, ok, error = _copy(task)
+    export = Export.objects.create(
+        task=task,
+        run=run,
+        destination=task.export_destination,
+        ok=ok,
+        error=error,
+        result=result,
+        repair=repair,
+        finished_at=timezone.now(),
+    )
+    _recorded(export, actor=actor, open_action=open_action)
     return export
 
 
+def _stale_before():
+    return timezone.now() - timedelta(seconds=settings.CONSOLE_EXPORT_STALE_SECONDS)
+
+
 def runs_to_export():
-    """Succeeded runs, the latest of their task, whose task has a destination and that were never exported."""
+    """Succeeded runs, the latest of their task, whose task has a destination, and that were never exported: no
+    export of theirs finished or is being copied (a copy claimed longer ago than CONSOLE_EXPORT_STALE_SECONDS
+    and never recorded was cut off, and is taken over)."""
     latest = Run.objects.filter(task=OuterRef("task")).order_by("-id").values("pk")[:1]
+    taken = Export.objects.filter(run=OuterRef("pk")).filter(
+        Q(finished_at__isnull=False) | Q(created_at__gte=_stale_before())
+    )
     return (
         Run.objects.filter(status=RunStatus.SUCCEEDED)
         .exclude(task__export_destination="")
         .filter(pk=Subquery(latest))
-        .exclude(Exists(Export.objects.filter(run=OuterRef("pk"))))
+        .exclude(Exists(taken))
         .order_by("id")
     )
 
 
-def exports_run(limit: int = 20) -> list[int]:
-    """Supervisor duty: export each run that succeeded and was not exported yet; each in its own transaction."""
+@transaction.atomic
+def export_claim(*, run_id: int, label: str) -> Export | None:
+    """Take one run's export in a short transaction: an unfinished export row, or a stalled one taken over.
+    None when another supervisor holds it or it was exported meanwhile."""
+    qs = Run.objects.filter(pk=run_id)
+    if connection.features.has_select_for_update_skip_locked:
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    run = qs.select_related("task__org").first()
+    if run is None or not runs_to_export().filter(pk=run.pk).exists():
+        return None
+    stalled = Export.objects.filter(run=run, finished_at__isnull=True).order_by("-id").first()
+    if stalled is not None:
+        now = timezone.now()
+        taken = Export.objects.filter(pk=stalled.pk, finished_at__isnull=True, created_at=stalled.created_at)
+        if taken.update(created_at=now, claimed_by=label, destination=run.task.export_destination) != 1:
+            return None
+        stalled.refresh_from_db()
+        return stalled
+    return Export.objects.create(
+        task=run.task, run=run, destination=run.task.export_destination, ok=False, claimed_by=label
+    )
+
+
+def export_finish(*, export: Export, result: dict, ok: bool, error: str, actor) -> bool:
+    """Record a claimed export's outcome in one transaction; False when the claim was taken over meanwhile (the
+    copy that took it records instead)."""
+    with transaction.atomic():
+        mine = Export.objects.filter(pk=export.pk, finished_at__isnull=True, created_at=export.created_at)
+        if mine.update(ok=ok, error=error, result=result, finished_at=timezone.now()) != 1:
+            return False
+        export.refresh_from_db()
+        _recorded(export, actor=actor, open_action=True)
+    return True
+
+
+def exports_run(limit: int = 20, *, label: str = "supervisor") -> list[int]:
+    """Supervisor duty: export each run that succeeded and was not exported yet.
+
+    Each export is claimed in one short transaction, copied with nothing locked and no transaction open (a
+    large workspace holds no row and no pass of other work), and recorded in another.
+    """
     done = []
     for run_id in list(runs_to_export().values_list("pk", flat=True)[:limit]):
-        with transaction.atomic():
-            qs = Run.objects.filter(pk=run_id)
-            if connection.features.has_select_for_update_skip_locked:
-                qs = qs.select_for_update(skip_locked=True, of=("self",))
-            run = qs.select_related("task__org").first()
-            if run is None or Export.objects.filter(run=run).exists():
-                continue
-            export = export_run(task=run.task, run=run, actor="supervisor")
+        export = export_claim(run_id=run_id, label=label)
+        if export is None:
+            continue
+        task = Task.objects.select_related("org").get(pk=export.task_id)
+        result, ok, error = _copy(task)
+        if export_finish(export=export, result=result, ok=ok, error=error, actor="supervisor"):
             done.append(export.pk)
     return done

@@ -1,59 +1,117 @@
-"""Saved follow-up messages: written any time, delivered exactly once.
+"""Saved follow-up messages: written any time, read by the agent exactly once.
 
-A message waits while the old execution is not verifiably stopped or a hold
-applies, and says why. Once the stop is verified and the gates are clear,
-exactly one continuation is admitted carrying every waiting message in order
-(continuation_create takes them in its own transaction; the one-live-run index
-and the one-continuation-per-run key make a second admission impossible).
+A follow-up is delivered by the task's next run: the claim of whatever run of the
+task starts next hands it over (`tasks.services.messages_hand_over`), and it is
+`read` only once that run acknowledges it. While nothing is due to start, it
+waits, and the wait always names the fact that ends it (`followup_wait`, read
+from the facts now, never a stored string): a hold and who lifts it, the run
+that must end first, the action a person settles, or the supervisor's next pass,
+which admits exactly one continuation carrying every waiting follow-up in order
+(continuation_create takes them in its own transaction; the one-live-run index and
+the one-continuation-per-run key make a second admission impossible). A run that
+succeeded while a follow-up waited is continued for it too.
 """
 
-from django.db import IntegrityError, transaction
+from dataclasses import dataclass
 
-from recovery import workspaces
-from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from recovery import presenter, workspaces
+from recovery.actions import action_open_for
+from recovery.continuations import Blocked, continuation_blocked, continuation_create
+from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
+from recovery.selectors import continuation_source
 from tasks.authz import require_role
-from tasks.errors import GateClosed, Invalid, NotEligible, TaskClosed
+from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, TaskClosed
 from tasks.events import event_append
-from tasks.holds import task_hold
-from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task, refused_at_admission
-from tasks.selectors import task_facts
+from tasks.holds import Hold, task_hold
+from tasks.models import LIVE_RUN_STATUSES, Message, MessageStatus, Role, Run, Task
+from tasks.selectors import task_facts, visible_tasks
+from tasks.services import run_enqueue
+from tasks.transitions import MESSAGES
 
 MAX_BODY = 20_000
+CLOSED = ("done", "cancelled")
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why the task's waiting follow-ups wait now, and what ends the wait (`presenter.followup_wait_text`).
+
+    `kind`: hold | workspace | run_queued | run_running | run_stopping | action_retrying | action_open |
+    action_exhausted | admission (the supervisor admits them on its next pass) | blocked (a person settles a
+    question first: `blocked` says which; `cancelled` is an action on the run a person cancelled after the
+    newest follow-up was written, so the supervisor does not open it again by itself).
+    """
+
+    kind: str
+    hold: Hold | None = None
+    run: int | None = None
+    action: RecoveryAction | None = None
+    source: Run | None = None
+    blocked: Blocked | None = None
+    cancelled: RecoveryAction | None = None
+
+    @property
+    def admissible(self) -> bool:
+        return self.kind == "admission"
+
+    @property
+    def text(self) -> str:
+        return presenter.followup_wait_text(self)
+
+
+def followup_wait(task: Task) -> Wait:
+    """Why a follow-up on `task` waits, from the facts now (a few queries; only for a task with one waiting)."""
+    hold = task_hold(task_facts(task))
+    if hold is not None:
+        return Wait("hold", hold=hold)
+    held = workspaces.live_action(task.pk)
+    if held is not None:
+        return Wait("workspace", hold=workspaces.hold_of(held), action=held)
+    latest = Run.objects.filter(task=task).order_by("-id").first()
+    if latest is not None and latest.status in LIVE_RUN_STATUSES:
+        return Wait(f"run_{latest.status}", run=latest.pk)
+    live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).order_by("id").first()
+    if live is not None:
+        return Wait(f"action_{live.status}", action=live)
+    source = continuation_source(task)
+    if source is None:
+        return Wait("admission")  # nothing of it ever ran: its plan is queued again
+    blocked = continuation_blocked(task, source)
+    if blocked is None:
+        return Wait("admission", source=source, run=source.pk)
+    return Wait("blocked", source=source, run=source.pk, blocked=blocked, cancelled=_cancelled_since(task, source))
+
+
+def _cancelled_since(task: Task, source: Run) -> RecoveryAction | None:
+    """An action on `source` a person cancelled after the newest waiting follow-up was written: the person
+    chose not to settle it that way, so the supervisor does not open it again (their controls remain)."""
+    newest = Message.objects.filter(task=task, status=MessageStatus.WAITING).aggregate(at=Max("created_at"))["at"]
+    if newest is None:
+        return None
+    return (
+        RecoveryAction.objects.filter(run=source, status=ActionStatus.CANCELLED, closed_at__gt=newest)
+        .order_by("-id")
+        .first()
+    )
 
 
 def waiting_reason(task: Task) -> str:
-    """Why a message on `task` cannot be admitted now ("" when it can)."""
-    hold = task_hold(task_facts(task))
-    if hold is not None:
-        return f"Waiting: {hold.detail}"
-    held = workspaces.live_action(task.pk)
-    if held is not None:
-        hold = workspaces.hold_of(held)
-        return f"Waiting: workspace hold — {hold.detail} Lifted by {hold.lifted_by}."
-    latest = Run.objects.filter(task=task).order_by("-id").first()
-    if latest is not None and latest.status in LIVE_RUN_STATUSES:
-        if latest.status == "stopping":
-            return f"Waiting for run #{latest.pk} to confirm it stopped."
-        if latest.status == "queued":
-            return f"Waiting for run #{latest.pk} to start; it will carry this message."
-        return f"Waiting for run #{latest.pk} to finish or be stopped."
-    live = RecoveryAction.objects.filter(task=task, status__in=LIVE_ACTION_STATUSES).first()
-    if live is not None:
-        if live.status == "retrying":
-            return f"Waiting for recovery action #{live.pk}'s continuation to start; it will carry this message."
-        return f"Waiting on recovery action #{live.pk}: it needs a decision first."
-    return ""
+    """The sentence a waiting follow-up of `task` shows now."""
+    return followup_wait(task).text
 
 
 @transaction.atomic
 def message_save(*, user, task: Task, body: str) -> Message:
-    """Save a person's follow-up on a task. Operators only; it is admitted by the supervisor.
+    """Save a person's follow-up on a task. Operators only; the task's next run carries it.
 
     Refused on a closed (done or cancelled) task: nothing would ever deliver it.
     """
     require_role(user, task.org_id, Role.OPERATOR)
     task = Task.objects.select_for_update().get(pk=task.pk)
-    if task.status in ("done", "cancelled"):
+    if task.status in CLOSED:
         raise TaskClosed(
             f"Task #{task.pk} is {task.status}: a follow-up would never be delivered. Reopen the task first.",
         )
@@ -62,13 +120,10 @@ def message_save(*, user, task: Task, body: str) -> Message:
         raise Invalid("A follow-up needs a body.", field="body")
     if len(body) > MAX_BODY:
         raise Invalid(f"A follow-up holds at most {MAX_BODY} characters.", field="body")
-    message = Message.objects.create(
-        org_id=task.org_id,
-        task=task,
-        author=user,
-        body=body,
-        waiting_reason=waiting_reason(task) or "Waiting for admission.",
-    )
+    message = Message.objects.create(org_id=task.org_id, task=task, author=user, body=body)
+    reason = _stored(waiting_reason(task))
+    Message.objects.filter(pk=message.pk).update(waiting_reason=reason)
+    message.waiting_reason = reason
     event_append(
         org_id=task.org_id,
         task_id=task.pk,
@@ -79,38 +134,68 @@ def message_save(*, user, task: Task, body: str) -> Message:
     return message
 
 
-def messages_admit() -> list[int]:
-    """Supervisor duty: admit one continuation for each task whose messages may now go.
+@transaction.atomic
+def messages_deliver(*, user, task_id: int) -> list[int]:
+    """Offer again the follow-ups a closing left undelivered, once the task is open again (operator).
 
-    Returns the continuation runs created. A task whose latest run is live, held
-    or waiting on an action keeps its messages waiting, with the reason saved.
+    not delivered → waiting: they then go like any waiting follow-up, through normal admission (the task's
+    next run carries them). Refused on a closed task; nothing to deliver is a no-op.
     """
-    from recovery.continuations import continuation_create
+    task = visible_tasks(user).filter(pk=task_id).select_for_update(of=("self",)).first()
+    if task is None:
+        raise NotFound(f"No task #{task_id}.")
+    require_role(user, task.org_id, Role.OPERATOR)
+    if task.status in CLOSED:
+        raise TaskClosed(f"Task #{task.pk} is {task.status}: reopen it first, then deliver its follow-ups.")
+    ids = MESSAGES.move_all(
+        Message.objects.filter(task=task),
+        MessageStatus.WAITING,
+        expect=MessageStatus.NOT_DELIVERED,
+        run=None,
+        waiting_reason="Waiting for admission.",
+    )
+    if ids:
+        event_append(
+            org_id=task.org_id, task_id=task.pk, kind="messages_requeued", actor=user, payload={"messages": ids}
+        )
+    return ids
 
+
+def messages_admit(*, budget=None) -> list[int]:
+    """Supervisor duty: admit one run for each task whose waiting follow-ups may now go.
+
+    Returns the runs created (continuations, or a task's plan queued again when nothing of it ever ran).
+    Where a person must settle a question first (an unknown outcome, an exhausted bound, a run that cannot
+    be continued), the action that asks them is opened, so the task is in their inbox, unless a person
+    cancelled it after the newest follow-up was written. Every wait keeps the reason saved, for the history.
+    """
     created = []
     task_ids = (
         Message.objects.filter(status=MessageStatus.WAITING).values_list("task_id", flat=True).distinct().order_by()
     )
     for task in Task.objects.filter(pk__in=list(task_ids)).select_related("agent"):
-        reason = waiting_reason(task)
-        if not reason:
-            source = Run.objects.filter(task=task).exclude(refused_at_admission()).order_by("-id").first()
-            try:
-                with transaction.atomic():
-                    run = continuation_create(
-                        source=source,
-                        actor="supervisor",
-                        reason="follow-up",
-                        rerun=_failed_seqs(source),
-                        rerun_why="follow-up",
-                        allow_final=True,
-                    )
+        wait = followup_wait(task)
+        reason = wait.text
+        try:
+            if wait.admissible:
+                # The workspace is read before the transaction, for the continuation's validation to compare.
+                with workspaces.read_ahead_for_task(task.pk, budget=budget) as spent:
+                    if spent.spent:
+                        continue  # the pass's budget for reading workspaces is spent: the next pass admits it
+                    with transaction.atomic():
+                        run = _admit(task, wait.source)
                 if not workspaces.refused(run):
                     created.append(run.pk)
                     continue
                 reason = waiting_reason(task)  # the workspace hold the refusal opened
-            except (NotEligible, GateClosed, IntegrityError) as exc:
-                reason = _refusal_reason(task, exc)
+            elif wait.kind == "blocked" and wait.cancelled is None and wait.blocked.kind != "gate":
+                with transaction.atomic():
+                    source = Run.objects.select_related("task").get(pk=wait.source.pk)
+                    action_open_for(source, wait.blocked.diagnosis, **wait.blocked.action_kwargs())
+                reason = waiting_reason(task)
+        except (NotEligible, GateClosed, IntegrityError) as exc:
+            reason = presenter.followup_refused_text(getattr(exc, "detail", ""))
+        reason = _stored(reason)
         changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
         if changed.update(waiting_reason=reason):
             event_append(
@@ -123,15 +208,22 @@ def messages_admit() -> list[int]:
     return created
 
 
-def _refusal_reason(task: Task, exc: Exception) -> str:
-    """Why a continuation could not carry the messages, naming the control that moves it on."""
-    if getattr(exc, "extra", {}).get("reason") == "unknown_outcome":
-        seq = exc.extra.get("seq")
-        return (
-            f"Waiting: step {seq} has an unknown outcome that nobody has decided. An operator opens its decision "
-            "with Continue now, or starts over, or closes the task."
-        )
-    reason = f"Waiting: {getattr(exc, 'detail', 'another admission is under way')}"
+def _admit(task: Task, source: Run | None) -> Run:
+    """The run that carries the waiting follow-ups: a continuation of `source`, or the plan queued again."""
+    if source is None:
+        latest = Run.objects.filter(task=task).order_by("-id").first()
+        return run_enqueue(task=task, actor="supervisor", input=latest.input, payload={"reason": "follow-up"})
+    return continuation_create(
+        source=source,
+        actor="supervisor",
+        reason="follow-up",
+        rerun=_failed_seqs(source),
+        rerun_why="follow-up",
+        allow_final=True,
+    )
+
+
+def _stored(reason: str) -> str:
     return reason if len(reason) <= 200 else reason[:199] + "…"  # the column holds 200
 
 

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from tasks.holds import Hold, TaskFacts, task_hold
 
 CHAIN_MAX_RUNS = 32
+# Exhaustions that bound a step's attempts: only an admin's grant admits one more (`overdue` is a deadline, not a
+# bound). Continue now, a follow-up and bulk continue are refused by them (gate `attempts_exhausted`).
+BOUNDS = ("interrupted_twice", "attempts_used", "chain_exhausted")
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
     if facts.chain_length >= CHAIN_MAX_RUNS:
         return Hold(
             "chain_exhausted",
-            f"This chain already holds {facts.chain_length} runs, the most it may.",
+            f"This chain already holds {facts.chain_length} runs (verified stops not counted), the most it may.",
             "nobody: start over or close the task",
         )
     return None

@@ -160,6 +160,8 @@ class SupervisorProcess(models.Model):
     duration_sum = models.FloatField(default=0.0)
     # Cumulative counts of passes per histogram bucket (upper bound in seconds -> count).
     buckets = models.JSONField(default=dict)
+    # Cumulative counts of duties that failed (duty name -> count): a pass survives a failing duty and goes on.
+    errors = models.JSONField(default=dict)
 
     class Meta:
         indexes = [models.Index(fields=["-last_pass_at"], name="supervisor_last_pass")]
@@ -215,10 +217,15 @@ class Export(models.Model):
     # {"checked", "copied": [...], "unchanged": [...], "kept": [...], "skipped": [...]}
     result = models.JSONField(default=dict)
     repair = models.ForeignKey(Repair, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # When the copy began (re-set when a stalled copy is taken over) and when its outcome was recorded: the
+    # supervisor claims an export in one short transaction, copies with nothing locked, records in another.
     created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["task_id", "id"]
+        indexes = [models.Index(fields=["run"], condition=models.Q(finished_at__isnull=True), name="export_copying")]
 
 
 # --- bulk triage (DESIGN §12) -------------------------------------------------------------

@@ -7,6 +7,7 @@ did something.
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from recovery.models import RecoveryAction, SupervisorPass, SupervisorProcess
-from tasks.models import Message, Run
+from tasks.models import Run
 
 # How long passes that did something are kept for the workers page.
 PASS_HISTORY = timedelta(days=1)
@@ -58,7 +59,8 @@ def did_by_org(report) -> dict[str, dict[str, int]]:
         for what, ids in action_kinds.items():
             add([action_orgs[i] for i in ids if i in action_orgs], what)
     if report.admitted:
-        add(Message.objects.filter(pk__in=report.admitted).values_list("org_id", flat=True), "messages_admitted")
+        # `admitted` holds the runs that carry follow-ups (messages_admit returns the runs it created).
+        add(Run.objects.filter(pk__in=report.admitted).values_list("org_id", flat=True), "messages_admitted")
     if getattr(report, "exported", None):
         from recovery.models import Export
 
@@ -66,30 +68,39 @@ def did_by_org(report) -> dict[str, dict[str, int]]:
     return did
 
 
-def pass_record(*, label: str, interval: float, started_at: datetime, duration: float, report) -> None:
-    """Count one pass of the supervisor process `label`; keep a row if it did something."""
-    process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets").first()
-    if process is None:
-        try:
-            with transaction.atomic():
-                process = SupervisorProcess.objects.create(
-                    label=label[:200], interval=interval, started_at=started_at, last_pass_at=started_at
-                )
-        except IntegrityError:  # another pass with the same label (threads of one process) made it first
-            process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets").get()
-    SupervisorProcess.objects.filter(pk=process.pk).update(
-        interval=interval,
-        last_pass_at=started_at,
-        stopped_at=None,
-        last_duration=duration,
-        passes=F("passes") + 1,
-        duration_sum=F("duration_sum") + duration,
-        buckets=_bucket_counts(process.buckets, duration),
-    )
-    if report:
-        SupervisorPass.objects.create(
-            supervisor=process, started_at=started_at, duration=duration, did=did_by_org(report)
+def pass_record(
+    *, label: str, interval: float, started_at: datetime, duration: float, report, failed: Mapping[str, int] = ()
+) -> None:
+    """Count one pass of the supervisor process `label`, and the duties that failed since the last count
+    (`failed`); keep a row if it did something. All of it or nothing, so a count is never written twice."""
+    with transaction.atomic():
+        process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets", "errors").first()
+        if process is None:
+            try:
+                with transaction.atomic():
+                    process = SupervisorProcess.objects.create(
+                        label=label[:200], interval=interval, started_at=started_at, last_pass_at=started_at
+                    )
+            except IntegrityError:  # another pass with the same label (threads of one process) made it first
+                process = SupervisorProcess.objects.filter(label=label).only("pk", "buckets", "errors").get()
+        errors = dict(process.errors or {})
+        for duty, n in dict(failed).items():
+            if n:
+                errors[duty] = errors.get(duty, 0) + n
+        SupervisorProcess.objects.filter(pk=process.pk).update(
+            interval=interval,
+            last_pass_at=started_at,
+            stopped_at=None,
+            last_duration=duration,
+            passes=F("passes") + 1,
+            duration_sum=F("duration_sum") + duration,
+            buckets=_bucket_counts(process.buckets, duration),
+            errors=errors,
         )
+        if report:
+            SupervisorPass.objects.create(
+                supervisor=process, started_at=started_at, duration=duration, did=did_by_org(report)
+            )
 
 
 def supervisor_stopped(*, label: str) -> None:

@@ -12,11 +12,13 @@ an acknowledgement is not a resumption, a queued run is not a continuation,
 a person's statement is not a saved result.
 """
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import classify as c
 from tasks.batches import NESTED_BASE
+from tasks.workspace import wire
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,23 @@ RUN_ENDED = {
     "stopped": "it was stopped",
     "cancelled": "it was cancelled before it started",
 }
+
+RUN_STATUS_PHRASES = {
+    "queued": "is queued",
+    "running": "is running",
+    "stopping": "is stopping",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "stopped": "was stopped",
+    "interrupted": "was interrupted",
+    "cancelled": "was cancelled",
+}
+
+
+def run_status_phrase(status: str) -> str:
+    """ "Run #25 succeeded", "Run #25 was stopped": a run's status as the predicate of a sentence."""
+    return RUN_STATUS_PHRASES.get(status, f"is {status}")
+
 
 CAUSES = {
     "unknown_outcome": "A step was cut off after it started and before its result was saved: it may or may not "
@@ -215,24 +234,36 @@ def stopping_line(run) -> Line:
     return (*asked, reason.get(run.stop_reason, ""), *tail, ".")
 
 
-def stopped_line(run, *, auto_resume: bool = True) -> Line | None:
-    """Why a stopped run stopped, and what continues it — never "automatically" for a person's Stop."""
+def stopped_line(run, *, auto_resume: bool = True, disposition: str | None = None) -> Line | None:
+    """Why a stopped run stopped, and what continues it — never "automatically" for a person's Stop.
+
+    A run stopped by a pause or the budget "continues once when the hold lifts" only where its
+    checkpoints allow that (`disposition`, when known): otherwise a person decides first.
+    """
     if run.status != "stopped":
         return None
     by = run.stop_requested_by or "someone"
     when = (" ", At(run.stop_requested_at)) if run.stop_requested_at else ()
     if run.stop_reason == "stop":
         return ("Stopped by ", by, *when, ": continues when someone writes a follow-up.")
+    held = disposition not in (None, c.AUTO_RESUMABLE, c.NONE)
     if run.stop_reason == "paused":
+        if held:
+            return ("Stopped because the task was paused", *when, HELD_AFTER_HOLD)
         return ("Stopped because the task was paused", *when, ": continues once when the pause lifts.")
     if run.stop_reason == "budget":
+        if held:
+            return ("Stopped at the budget limit", *when, HELD_AFTER_HOLD)
         return ("Stopped at the budget limit", *when, ": continues once when an admin raises or removes it.")
     if run.stop_reason == "closed":
         return ("Stopped by ", by, " closing the task", *when, ".")
     return ("Stopped", *when, ".")
 
 
-def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskView:
+HELD_AFTER_HOLD = ": when the hold lifts it does not continue by itself — its checkpoint needs a person first (below)."
+
+
+def task_view(task, current_run, actions, *, hold=None, last_run=None, followup_wait: str = "") -> TaskView:
     """The header's state and the one sentence that says why."""
     state = task_state(task, current_run, actions)
     view = TaskView(state, TASK_STATES[state])
@@ -264,8 +295,19 @@ def task_view(task, current_run, actions, *, hold=None, last_run=None) -> TaskVi
         elif lead is not None:
             view.why = (f"Recovery action #{lead.pk}: {cause(lead.cause)}",)
     elif state == "idle" and last_run is not None:
-        view.why = idle_line(last_run, hold=hold)
+        view.why = idle_line(last_run, hold=hold, task=task, followup_wait=followup_wait)
     return view
+
+
+def _awaiting_line(task) -> Line | None:
+    """The supervisor takes the task's run up on its next pass (after a Resume, a raised budget, a repair)."""
+    run_id = getattr(task, "awaiting_run_id", None)
+    if not run_id:
+        return None
+    return (
+        f"Run #{run_id} is taken up by the supervisor on its next pass: it continues it once if its checkpoints "
+        "allow, or opens a recovery action that says why.",
+    )
 
 
 def row_why(task, state: str, lead, current_run) -> str:
@@ -288,23 +330,44 @@ def row_why(task, state: str, lead, current_run) -> str:
         if getattr(task, "has_open_dependency", False):
             return "Waits on a task that is not done."
     if state == "idle" and current_run is not None:
+        followups = followups_row_text(getattr(task, "followups_waiting", 0), getattr(task, "followups_undelivered", 0))
+        if getattr(task, "followups_waiting", 0):
+            return followups
+        awaiting = _awaiting_line(task)
+        if awaiting is not None:
+            return plain(awaiting)
         if current_run.status == "stopped" and current_run.stop_reason == "stop":
             return f"Stopped by {current_run.stop_requested_by or 'someone'}: waits for a follow-up."
+        if followups:
+            return followups
         ended = RUN_ENDED.get(current_run.status, current_run.status)
         return f"Nothing is scheduled: run #{current_run.pk} ended ({ended})."
     return ""
 
 
-def idle_line(last_run, *, hold=None) -> Line:
-    """A task with nothing scheduled says why, and what moves it on (never nothing at all)."""
+def idle_line(last_run, *, hold=None, task=None, followup_wait: str = "") -> Line:
+    """A task with nothing scheduled says why, and what moves it on (never nothing at all).
+
+    "Nothing is scheduled" only where nothing is: not while a follow-up waits (its wait names what ends
+    it), nor while the supervisor is about to take the last run up (after a Resume, a repair).
+    """
+    waiting = getattr(task, "followups_waiting", 0) if task is not None else 0
+    if waiting:
+        n = "1 follow-up waits" if waiting == 1 else f"{waiting} follow-ups wait"
+        return (f"{n} to be delivered. ", followup_wait or "The task's next run carries it.")
+    awaiting = _awaiting_line(task) if task is not None else None
+    if awaiting is not None:
+        return awaiting
     if last_run.status == "stopped" and last_run.stop_reason == "stop":
         return stopped_line(last_run)
     if hold is not None:
         return gate_line(hold)
     ended = RUN_ENDED.get(last_run.status, last_run.status)
+    undelivered = getattr(task, "followups_undelivered", 0) if task is not None else 0
+    tail = f" {followups_row_text(0, undelivered)}" if undelivered else ""
     return (
         f"Nothing is scheduled: run #{last_run.pk} ended ({ended}). An operator may Continue now, Start over or "
-        "Close the task.",
+        f"Close the task.{tail}",
     )
 
 
@@ -353,6 +416,25 @@ def _exhaustion_words(action) -> str:
     if action.exhaustion == "overdue":
         return "Nobody acted on it before it was due."
     return cause(action.cause)
+
+
+def bound_hold(action):
+    """The gate an exhausted bound is to Continue now (and bulk continue), and who lifts it: the grant its card
+    names, on that action. Never "ask again": repeating a request does not get past a bound."""
+    from tasks.holds import Hold
+
+    words = _exhaustion_words(action)
+    if action.exhaustion == "chain_exhausted":
+        return Hold(
+            "chain_exhausted",
+            f"{words} Continue now cannot add a run to it (recovery action #{action.pk}).",
+            "nobody: start over or close the task",
+        )
+    return Hold(
+        "attempts_exhausted",
+        f"{words} Continue now does not get past that bound: recovery action #{action.pk} waits for an admin.",
+        f"an admin, with Grant one more attempt on recovery action #{action.pk}",
+    )
 
 
 def _decision_line(action) -> Line | None:
@@ -667,6 +749,7 @@ def _settled_in(step, continued_in) -> Line | None:
     said = {
         "decided": "decided: it did not happen",
         "retry": "retry requested",
+        "continue_now": "asked for with Continue now",
         "follow-up": "continued by a follow-up",
     }.get(why)
     return (f"run #{continued_in.pk}{queued} runs it again: {said}",) if said else None
@@ -716,6 +799,8 @@ def step_row(
 RERUN_WORDS = {
     "replay": "run again (replay)",
     "retry": "run again (retry requested)",
+    # Continue now runs a failed step again: a person asked to continue, not for a retry of an action.
+    "continue_now": "run again (asked for with Continue now)",
     "decided": "run again (decided: it did not happen)",
     "follow-up": "run again (follow-up)",
     "resumes": "resumed item by item (saved items kept)",
@@ -781,7 +866,7 @@ def continued_by_text(continuation) -> str:
     return f"continued by run #{continuation.pk}"
 
 
-def run_lines(run, *, auto_resume: bool = True) -> list[Line]:
+def run_lines(run, *, auto_resume: bool = True, disposition: str | None = None) -> list[Line]:
     """The sentences under a run's badge: why it stopped or ended, in saved facts."""
     lines: list[Line] = []
     fresh = fresh_start_text(run.carry)
@@ -789,7 +874,7 @@ def run_lines(run, *, auto_resume: bool = True) -> list[Line]:
         lines.append((fresh,))
     if run.status == "stopping":
         lines.append(stopping_line(run))
-    stopped = stopped_line(run, auto_resume=auto_resume)
+    stopped = stopped_line(run, auto_resume=auto_resume, disposition=disposition)
     if stopped:
         lines.append(stopped)
     if run.stop_receipt:
@@ -827,7 +912,12 @@ def carried_lines(decisions, messages) -> list[Line]:
     for m in messages:
         author = m.author.username if getattr(m, "author", None) else "someone"
         body = m.body if len(m.body) <= 200 else m.body[:199] + "…"
-        state = {"delivered": "delivered", "admitted": "delivered when a worker starts it"}.get(m.status, m.status)
+        state = {
+            "admitted": "handed over when a worker starts it",
+            "delivered": "handed over at its claim; its worker has not acknowledged reading it",
+            "read": "read by the agent",
+            "not_delivered": "not delivered: the task was closed before it was read",
+        }.get(m.status, m.status)
         lines.append((f"Carries a follow-up from {author} (", At(m.created_at), "): ", Said(body), f" — {state}."))
     return lines
 
@@ -947,6 +1037,137 @@ def diverged_summary(evidence: dict) -> Line:
     return (f"At step {seq} the agent asked for {differs}. Nothing of the new path ran; the saved steps are kept.",)
 
 
+# --- follow-ups (DESIGN §7) ----------------------------------------------------------------
+
+
+def followup_wait_text(wait) -> str:
+    """Why the task's waiting follow-ups wait now, naming the fact that ends the wait (recovery.followups.Wait)."""
+    k = wait.kind
+    if k == "hold":
+        h = wait.hold
+        return f"Waiting: {GATES.get(h.gate, h.gate)} — {h.detail} Lifted by {h.lifted_by}."
+    if k == "workspace":
+        return f"Waiting: workspace hold — {wait.hold.detail} Lifted by {wait.hold.lifted_by}."
+    if k == "run_stopping":
+        return f"Waiting for run #{wait.run} to confirm it stopped; the task's next run then carries it."
+    if k == "run_queued":
+        return f"Waiting for run #{wait.run} to start; it carries this follow-up when a worker starts it."
+    if k == "run_running":
+        return f"Waiting for run #{wait.run} to finish or be stopped; the task's next run then carries it."
+    if k == "action_retrying":
+        return (
+            f"Waiting for recovery action #{wait.action.pk}'s continuation to start; it carries this follow-up "
+            "when a worker starts it."
+        )
+    if k == "action_open":
+        return f"Waiting on recovery action #{wait.action.pk}: it needs a decision first."
+    if k == "action_exhausted":
+        hold = bound_hold(wait.action)
+        return f"Waiting on recovery action #{wait.action.pk}: it is exhausted. Lifted by {hold.lifted_by}."
+    if k == "admission":
+        if wait.run is None:
+            return "Waiting for the supervisor's next pass: it queues the task's plan again, which carries it."
+        return (
+            f"Waiting for the supervisor's next pass: it admits a continuation of run #{wait.run} that carries "
+            "it, through every gate."
+        )
+    return _blocked_text(wait)
+
+
+def _blocked_text(wait) -> str:
+    """A follow-up that waits on a person settling a question about run #N first."""
+    b, run = wait.blocked, wait.run
+    if b.kind == "gate":
+        return f"Waiting: {GATES.get(b.hold.gate, b.hold.gate)} — {b.hold.detail} Lifted by {b.hold.lifted_by}."
+    if b.kind == "unknown_outcome":
+        what = f"item {b.seq % NESTED_BASE} of step {b.seq // NESTED_BASE}" if b.seq >= NESTED_BASE else f"step {b.seq}"
+        head = f"Waiting: {what} has an unknown outcome that nobody has decided."
+        if wait.cancelled is None:
+            return f"{head} The supervisor opens its decision on its next pass."
+        return (
+            f"{head} An operator opens its decision with Continue now, or starts over, or closes the task "
+            f"(recovery action #{wait.cancelled.pk} was cancelled after this follow-up was written)."
+        )
+    if b.kind == "exhausted":
+        words = _exhaustion_words(b.recorded) if b.recorded is not None else _diagnosis_bound(b)
+        if wait.cancelled is None:
+            return f"Waiting: {words} The supervisor opens its recovery for an admin on its next pass."
+        return (
+            f"Waiting: {words} Recovery action #{wait.cancelled.pk} was cancelled after this follow-up was "
+            "written: an operator opens it again for an admin with Continue now, or starts over, or closes the task."
+        )
+    why = b.detail or "its checkpoint contradicts itself"
+    if wait.cancelled is None:
+        return (
+            f"Waiting: run #{run} cannot be continued ({why.rstrip('.')}). The supervisor opens a recovery action "
+            "on its next pass."
+        )
+    return (
+        f"Waiting: run #{run} cannot be continued ({why.rstrip('.')}). An operator may Start over (its first run "
+        "carries this follow-up) or Close the task."
+    )
+
+
+def _diagnosis_bound(blocked) -> str:
+    reasons = blocked.diagnosis.reasons if blocked.diagnosis is not None else ()
+    seqs = [r.seq for r in reasons if r.code == "interrupted_twice" and r.seq]
+    if seqs:
+        steps = " and ".join(
+            f"item {s % NESTED_BASE} of step {s // NESTED_BASE}" if s >= NESTED_BASE else f"step {s}" for s in seqs
+        )
+        return f"{steps.capitalize()} was interrupted twice in this chain, so only an admin's one more attempt runs it."
+    return cause(blocked.exhaustion)
+
+
+def followup_refused_text(detail: str) -> str:
+    """The supervisor tried to admit a follow-up's continuation and was refused (a race, or validation)."""
+    return f"Waiting: {detail or 'another admission is under way'} The supervisor tries again on its next pass."
+
+
+FOLLOWUP_BADGES = {
+    "waiting": "Waiting",
+    "admitted": "Admitted to run #{run}",
+    "delivered": "Handed to run #{run}",
+    "read": "Read in run #{run}",
+    "not_delivered": "Not delivered",
+}
+
+
+def followup_line(message, *, wait_text: str = "", closed: bool = False) -> tuple[str, Line | None]:
+    """A follow-up's badge and its one sentence: where it is, only as far as saved facts go.
+
+    "read by the agent in run #N" only once run #N acknowledged it; handed over at a claim, it is not read yet.
+    """
+    badge = FOLLOWUP_BADGES.get(message.status, message.status).format(run=message.run_id)
+    status = message.status
+    if status == "waiting":
+        return badge, (wait_text or message.waiting_reason,)
+    if status == "admitted":
+        return badge, (f"Run #{message.run_id} is queued; it carries this follow-up when a worker starts it.",)
+    if status == "delivered":
+        return badge, (f"Handed to run #{message.run_id} when it started; its worker has not acknowledged reading it.",)
+    if status == "read":
+        return badge, (f"Read by the agent in run #{message.run_id} ", At(message.read_at), ".")
+    if status == "not_delivered":
+        why = message.waiting_reason or "Not delivered: the task was closed."
+        if closed:
+            return badge, (why,)
+        return badge, (f"{why} The task is open again: an operator may deliver it with Deliver follow-ups.",)
+    return badge, None
+
+
+def followups_row_text(waiting: int, not_delivered: int) -> str:
+    """What a board row says of a task's follow-ups that have not reached a run (never "Nothing is scheduled")."""
+    if waiting:
+        n = "1 follow-up waits" if waiting == 1 else f"{waiting} follow-ups wait"
+        return f"{n} to be delivered: the task's next run carries {'it' if waiting == 1 else 'them'}."
+    if not_delivered:
+        n = "1 follow-up was" if not_delivered == 1 else f"{not_delivered} follow-ups were"
+        them = "it" if not_delivered == 1 else "them"
+        return f"{n} not delivered (the task was closed); an operator may deliver {them} with Deliver follow-ups."
+    return ""
+
+
 # --- workspaces (DESIGN §9) ----------------------------------------------------------------
 
 WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
@@ -966,6 +1187,60 @@ HELD_WHY = {
     "special": "not a regular file",
 }
 
+# What an entry that is not a regular file is, on a panel, a card or a held copy (tasks.workspace KINDS).
+KIND_WORDS = {
+    "link": "symbolic link → {link} (never followed)",
+    "dir": "empty directory",
+    "fifo": "FIFO (named pipe; never opened)",
+    "socket": "socket (never opened)",
+    "device": "device {link} (never opened)",
+    "other": "not a regular file",
+}
+
+# Why a file's content was not read or not kept (WorkspaceFile.not_kept, tasks.workspace).
+NOT_KEPT = {
+    "large": "not kept: larger than the {keep} kept per file",
+    "store_error": "not kept: the content store could not write it",
+    "unreadable": "not kept: the console could not read it",
+    "hash_too_large": "not read: larger than the {hash_max} the console hashes; compared by size and times",
+    "hash_budget": "not read this time: the reading budget was spent; compared by size and times",
+    "changed_while_read": "not read: it changed while it was being read; recorded by size and times",
+    "not_read": "not read before it was recorded; recorded by size and times",
+}
+
+
+def path_text(path) -> str:
+    """A workspace path as text: itself, or its wire form (`{"$text": …}`) for a name that is not text."""
+    return path if isinstance(path, str) else json.dumps(path, ensure_ascii=False)
+
+
+def _size(n: int) -> str:
+    from django.template.defaultfilters import filesizeformat
+
+    return str(filesizeformat(n)).replace("\xa0", " ")
+
+
+def not_kept_text(code: str, detail: str = "") -> str:
+    from tasks.workspace import hash_max, keep_limit
+
+    text = NOT_KEPT.get(code, code.replace("_", " ")).format(keep=_size(keep_limit()), hash_max=_size(hash_max()))
+    return f"{text} ({detail})" if detail else text
+
+
+def side_text(side: dict | None) -> str:
+    """What one side of an entry is when it is not simply a hashed file: its kind, or why its content was not
+    read (a file's size and hash are drawn as they are)."""
+    if not side:
+        return ""
+    kind = side.get("kind")
+    if kind:
+        link = side.get("link")
+        return KIND_WORDS.get(kind, KIND_WORDS["other"]).format(link=path_text(link) if link is not None else "?")
+    if side.get("hashed") is False or side.get("not_kept") in ("hash_too_large", "hash_budget"):
+        return not_kept_text(side.get("not_kept") or "not_read")
+    return ""
+
+
 WRITERS = {
     "step": "written by step {seq} of run #{run} ({tool})",
     "decision": "step {seq} of run #{run} ({tool}), declared performed by a person",
@@ -976,8 +1251,8 @@ WRITERS = {
 REPAIR_NAMES = {"reconcile": "Reconcile", "reissue": "Isolated reissue", "retry_export": "Retry export"}
 
 
-def _files(paths: list[str], limit: int = 4) -> str:
-    shown = ", ".join(paths[:limit])
+def _files(paths: list, limit: int = 4) -> str:
+    shown = ", ".join(path_text(p) for p in paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
@@ -1008,8 +1283,8 @@ def held_note(item: dict) -> str:
 
 
 def _would_hold(f: dict) -> bool:
-    actual = f.get("actual") or {}
-    return bool(f.get("plan")) or actual.get("kind") in ("link", "other")
+    # Links and special files are adopted as what they are; what the remaining plan changes is held.
+    return bool(f.get("plan"))
 
 
 def repair_line(repair) -> Line:
@@ -1032,7 +1307,13 @@ def repair_line(repair) -> Line:
             *head,
             f": {_count(n.get('rebuilt', 0), 'file')} rebuilt from recorded content into {r.get('workspace')}; "
             f"the old directory {r.get('old_workspace')} is kept as it was, as a held copy "
-            f"({_count(n.get('kept', 0), 'difference')} kept in it).",
+            f"({_count(n.get('kept', 0), 'difference')} kept in it)"
+            + (
+                f"; {_count(n['not_remade'], 'socket or device', 'sockets or devices')} not made again (the "
+                "console never makes one; its record is dropped)."
+                if n.get("not_remade")
+                else "."
+            ),
         )
     if r.get("ok"):
         return (
@@ -1105,6 +1386,17 @@ class FileView:
     diff: str | None = None
     note: str = ""
 
+    def __post_init__(self):
+        self.path = path_text(self.path)
+
+    @property
+    def recorded_note(self) -> str:
+        return side_text(self.recorded)
+
+    @property
+    def actual_note(self) -> str:
+        return side_text(self.actual)
+
     @property
     def recorded_at(self) -> datetime | None:
         return _moment((self.recorded or {}).get("mtime"))
@@ -1136,7 +1428,7 @@ def repair_rows(repair) -> list[dict]:
     for a in r.get("adopted", []):
         rows.append(
             {
-                "path": a["path"],
+                "path": path_text(a["path"]),
                 "done": f"adopted ({file_status(a['status'])})",
                 "before": sha(a.get("before")),
                 "after": sha(a.get("after")),
@@ -1145,7 +1437,7 @@ def repair_rows(repair) -> list[dict]:
     for h in r.get("held", []):
         rows.append(
             {
-                "path": h["path"],
+                "path": path_text(h["path"]),
                 "done": f"held: {held_note(h)}",
                 "before": sha(h.get("before")),
                 "after": sha(h.get("after")),
@@ -1154,19 +1446,25 @@ def repair_rows(repair) -> list[dict]:
     for b in r.get("rebuilt", []):
         rows.append(
             {
-                "path": b["path"],
-                "done": "rebuilt from recorded content",
+                "path": path_text(b["path"]),
+                "done": "rebuilt from recorded content" if not b.get("kind") else f"made again: {side_text(b)}",
                 "before": b.get("before"),
                 "after": b.get("after"),
             }
         )
+    for x in r.get("not_remade", []):
+        rows.append(
+            {"path": path_text(x["path"]), "done": f"not made again: {side_text(x)}", "before": None, "after": None}
+        )
     for x in r.get("copied", []):
-        rows.append({"path": x["path"], "done": "copied", "before": x.get("before"), "after": x.get("after")})
+        rows.append(
+            {"path": path_text(x["path"]), "done": "copied", "before": x.get("before"), "after": x.get("after")}
+        )
     for x in r.get("kept", []):
         rows.append(
             {
-                "path": x["path"],
-                "done": f"kept first, in {x.get('copy')}",
+                "path": path_text(x["path"]),
+                "done": f"kept first, in {path_text(x.get('copy'))}",
                 "before": x.get("sha256"),
                 "after": x.get("sha256"),
             }
@@ -1174,7 +1472,7 @@ def repair_rows(repair) -> list[dict]:
     for x in r.get("skipped", []):
         rows.append(
             {
-                "path": x["path"],
+                "path": path_text(x["path"]),
                 "done": "skipped: links and special files are never followed",
                 "before": None,
                 "after": None,
@@ -1190,10 +1488,14 @@ def evidence_files(action) -> list[FileView]:
         "not_kept": "no diff: the recorded content was not kept",
         "binary_or_large": "no diff: not text under 64 KiB",
         "link": "a symbolic link — never followed",
+        "special": "not a regular file: nothing to diff",
     }
     for f in e.get("files") or []:
         plan = f.get("plan") or []
         note = notes.get(f.get("diff_note"), "")
+        if f.get("verified") is False:
+            why = not_kept_text((f.get("actual") or {}).get("not_kept") or "not_read")
+            note = (note + "; " if note else "") + f"its times changed; content {why.split(': ', 1)[-1]}"
         if plan:
             steps = " and ".join(f"step {s}" for s in plan)
             note = (note + "; " if note else "") + f"the remaining plan changes it ({steps})"
@@ -1293,6 +1595,58 @@ class WorkspaceView:
     held_copies: list[dict]
     empty: str = ""
     counts: str = ""
+    walk: str = ""  # what the walk did not reach (walk_note)
+
+
+def _kept_note(f) -> str:
+    """Why a recorded file's content was not kept, on the task's panel (from its manifest entry)."""
+    row = f.row
+    if row is None or row.kind != "file" or row.kept or not row.not_kept:
+        return ""
+    return not_kept_text(row.not_kept, row.not_kept_detail)
+
+
+def walk_note(bounds: dict) -> str:
+    """What a walk of a workspace did not reach, in words (recovery.workspaces.walk_bounds)."""
+    said = []
+    walk = bounds.get("walk")
+    if walk:
+        last = f" after {path_text(walk['last'])}" if walk.get("last") is not None else ""
+        said.append(
+            f"The workspace holds more than {walk.get('limit'):,} entries: entries{last} (in path order) are "
+            "neither recorded nor compared."
+        )
+    if bounds.get("unread"):
+        said.append(
+            f"{_count(bounds['unread'], 'directory', 'directories')} could not be read: nothing in them is compared."
+        )
+    if bounds.get("too_long"):
+        said.append(f"{_count(bounds['too_long'], 'entry has', 'entries have')} a path too long to record.")
+    return " ".join(said)
+
+
+def step_files_note(notes: dict | None) -> str:
+    """A step's completion that could not keep every file it changed, or could not read the workspace."""
+    if not notes:
+        return ""
+    said = []
+    if notes.get("error"):
+        said.append(f"the workspace could not be read when it completed ({notes['error']}); its outcome is recorded")
+    items = notes.get("not_kept") or []
+    if items:
+        n = notes.get("not_kept_count", len(items))
+        listed = "; ".join(
+            f"{path_text(i.get('path'))} — {not_kept_text(i.get('why', ''), i.get('detail', ''))}" for i in items[:5]
+        )
+        more = f"; and {n - min(5, len(items))} more" if n > min(5, len(items)) else ""
+        said.append(f"{_count(n, 'file')} not kept: {listed}{more}")
+    if notes.get("scan"):
+        walk = notes["scan"]
+        last = f" after {path_text(walk['last'])}" if walk.get("last") is not None else ""
+        said.append(f"the workspace holds more than {walk.get('limit'):,} entries: entries{last} were not recorded")
+    if notes.get("too_long"):
+        said.append(f"{_count(notes['too_long'], 'entry has', 'entries have')} a path too long to record")
+    return ". ".join(s[:1].upper() + s[1:] for s in said) + "." if said else ""
 
 
 def workspace_view(state) -> WorkspaceView:
@@ -1300,7 +1654,16 @@ def workspace_view(state) -> WorkspaceView:
     from recovery.gates import workspace_hold
 
     files = [
-        FileView(f.path, f.status, file_status(f.status), f.recorded, f.actual, writer(f.recorded)) for f in state.files
+        FileView(
+            wire(f.path),
+            f.status,
+            file_status(f.status),
+            f.recorded,
+            f.actual,
+            writer(f.recorded),
+            note=_kept_note(f),
+        )
+        for f in state.files
     ]
     hold = None
     if state.hold is not None:
@@ -1310,7 +1673,9 @@ def workspace_view(state) -> WorkspaceView:
     if state.export is not None:
         x = state.export
         n = (x.result or {}).get("counts") or {}
-        if x.ok:
+        if x.finished_at is None:
+            export = (f"Exporting to {x.destination} since ", At(x.created_at), ": the copy is under way.")
+        elif x.ok:
             export = (
                 f"Exported to {x.destination} ",
                 At(x.created_at),
@@ -1336,7 +1701,7 @@ def workspace_view(state) -> WorkspaceView:
         if state.files
         else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
     )
-    return WorkspaceView(state.path, hold, export, files, copies, empty, counts)
+    return WorkspaceView(state.path, hold, export, files, copies, empty, counts, walk_note(state.bounds))
 
 
 # --- sign-in and limits (SECURITY.md) ---------------------------------------------------------------

@@ -152,7 +152,7 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
         data.update(
             {
                 "runs": [r.pk for r in task.run_list],
-                "messages": [message_data(m) for m in task.message_list],
+                "messages": _messages(task),
                 "workspace": task.workspace,
                 "export_destination": task.export_destination,
                 "creator": task.creator.username if task.creator else None,
@@ -162,6 +162,14 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
             }
         )
     return data
+
+
+def _messages(task: Task) -> list[dict]:
+    """The task's follow-ups; a waiting one's reason is read from the facts now, never a stale saved string."""
+    from recovery.followups import waiting_reason
+
+    wait = waiting_reason(task) if any(m.status == "waiting" for m in task.message_list) else None
+    return [message_data(m, waiting_reason=wait if m.status == "waiting" else None) for m in task.message_list]
 
 
 def run_data(run: Run) -> dict:
@@ -213,7 +221,8 @@ def _step(step, declared: dict, notices: dict) -> dict:
     """A step as the API shows it; a step a person declared performed says so (it has no saved result), and so
     does a step of an agent run that the agent got a notice for instead of a result."""
     data = step_data(step)
-    said = declared.get(str(step.seq)) if step.parent_seq is None and step.reused_from_id else None
+    # A batch item a person declared performed is keyed by its own (nested) seq, like a top-level step.
+    said = declared.get(str(step.seq)) if step.reused_from_id else None
     notice = notices.get((step.parent_seq, step.seq)) if step.reused_from_id else None
     data["carried"] = (
         ("notice" if notice else "declared_performed" if said else "saved_result") if step.reused_from_id else None

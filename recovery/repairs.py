@@ -40,7 +40,24 @@ from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersio
 from tasks.events import event_append
 from tasks.models import Agent, Membership, Role, Task, WorkspaceFile
 from tasks.services import actor_label
-from tasks.workspace import copy_file, make_fresh_dir, manifest_record, store_has, store_path, write_file
+from tasks.workspace import (
+    DIR,
+    FIFO,
+    FILE,
+    LINK,
+    copy_file,
+    make_entry,
+    make_fresh_dir,
+    manifest_rebuilt,
+    manifest_record,
+    name_of,
+    shown,
+    store_has,
+    store_path,
+    wire,
+    write_file,
+)
+from tasks.workspace import _link_text as link_text
 
 RECONCILE, REISSUE, RETRY_EXPORT = "reconcile", "reissue", "retry_export"
 REPAIRS_FOR = {
@@ -51,7 +68,14 @@ RESOLUTION = {RECONCILE: "reconciled", REISSUE: "reissued", RETRY_EXPORT: "expor
 
 
 def _side(entry: wd.Entry | None) -> dict | None:
-    return None if entry is None else {"sha256": entry.sha256, "size": entry.size}
+    if entry is None:
+        return None
+    if entry.kind != FILE:
+        side = {"kind": entry.kind}
+        if entry.link is not None:
+            side["link"] = ws.wire_text(entry.link)
+        return side
+    return {"sha256": entry.sha256, "size": entry.size}
 
 
 def _refuse_unless_live(action: RecoveryAction) -> None:
@@ -81,91 +105,126 @@ def _refuse_while_writing(action: RecoveryAction) -> None:
 
 def _reconcile(action: RecoveryAction, repair_id_hint: str) -> tuple[dict, bool, HeldCopy | None]:
     task = action.task
-    diffs, _rows = ws.workspace_diffs(task)
+    c = ws.compare_task(task)
     source = action.run.continues or action.run
-    verdicts = wd.reconcile_plan(diffs, ws.remaining_steps(source))
-    by_path = {d.path: d for d in diffs}
+    verdicts = wd.reconcile_plan(c.diffs, ws.remaining_steps(source))
+    by_path = {d.path: d for d in c.diffs}
+    adopt = [v.path for v in verdicts if v.action == wd.ADOPT]
+    # One manifest update for everything adopted, from the disk as read ahead of this transaction.
+    manifest_record(
+        task=task,
+        paths=[p for p in adopt if by_path[p].status != wd.MISSING],
+        forget_missing=[p for p in adopt if by_path[p].status == wd.MISSING],
+        source="reconcile",
+        disk=ws.ahead_of(task),
+    )
+    after_rows = {r.path: r for r in WorkspaceFile.objects.filter(task=task, path__in=adopt)} if adopt else {}
     adopted, held = [], []
     held_dir: Path | None = None
     held_files = []
     for v in verdicts:
         d = by_path[v.path]
         if v.action == wd.ADOPT:
-            if d.status == wd.MISSING:
-                # Nothing on disk to read; the record goes (its content stays in the store when it was kept).
-                WorkspaceFile.objects.filter(task=task, path=d.path).delete()
-                after = None
-            else:
-                manifest_record(task=task, paths=[d.path], source="reconcile")
-                row = WorkspaceFile.objects.filter(task=task, path=d.path).first()
-                after = {"sha256": row.sha256, "size": row.size} if row else None
-            adopted.append({"path": d.path, "status": d.status, "before": _side(d.recorded), "after": after})
+            row = after_rows.get(d.path)
+            after = None
+            if row is not None:
+                after = (
+                    {"sha256": row.sha256 or None, "size": row.size}
+                    if row.kind == FILE
+                    else {"kind": row.kind, **({"link": row.link} if row.link is not None else {})}
+                )
+            adopted.append({"path": wire(d.path), "status": d.status, "before": _side(d.recorded), "after": after})
             continue
-        item = {"path": d.path, "status": d.status, "reason": v.reason, "seqs": list(v.seqs)}
+        item = {"path": wire(d.path), "status": d.status, "reason": v.reason, "seqs": list(v.seqs)}
         item["before"] = _side(d.recorded)
-        item["after"] = _side(d.actual) if d.actual is not None and d.actual.kind == "file" else None
+        item["after"] = _side(d.actual) if d.actual is not None else None
         if d.actual is not None and d.actual.kind == "link":
-            item["link"] = d.actual.link
-        if d.actual is not None and d.actual.kind == "file":
+            item["link"] = ws.wire_text(d.actual.link)
+        if d.actual is not None and d.actual.kind == FILE:
+            # A held file is copied; any other entry is listed as it is (a link with its target, never followed).
             if held_dir is None:
                 held_dir = make_fresh_dir(Path(task.workspace).parent / f"task-{task.pk}.held", repair_id_hint)
             copied = copy_file(task.workspace, d.path, held_dir, d.path)
-            item["copy"] = str(held_dir / d.path) if copied else None
-            held_files.append({"path": d.path, "sha256": copied, "size": d.actual.size, "why": v.reason})
+            item["copy"] = ws.wire_text(str(held_dir / name_of(d.path))) if copied else None
+            held_files.append({"path": wire(d.path), "sha256": copied, "size": d.actual.size, "why": v.reason})
         held.append(item)
     copy = None
     if held_dir is not None:
         copy = HeldCopy.objects.create(task=task, path=str(held_dir), reason="reconcile", files=held_files)
     result = {
         "workspace": task.workspace,
-        "checked": len(diffs),
+        "checked": len(c.diffs),
         "adopted": adopted,
         "held": held,
         "held_copy": str(held_dir) if held_dir else None,
-        "counts": {"checked": len(diffs), "adopted": len(adopted), "held": len(held)},
+        "counts": {"checked": len(c.diffs), "adopted": len(adopted), "held": len(held)},
+        **ws.walk_bounds(c.disk),
     }
     return result, not held, copy
+
+
+# Kinds an isolated reissue makes again; a socket is made by the program that listens on it and a device node
+# is never made by the console: their records are dropped from the manifest, and the result lists them.
+REMADE = (LINK, DIR, FIFO)
 
 
 def _reissue(action: RecoveryAction, repair_id_hint: str) -> tuple[dict, bool, HeldCopy | None]:
     task = action.task
     slug = task.org.slug
     rows = list(WorkspaceFile.objects.filter(task=task).order_by("path"))
-    lost = [r.path for r in rows if not r.kept or not store_has(slug, r.sha256)]
+    lost = [r.path for r in rows if r.kind == FILE and (not r.kept or not r.sha256 or not store_has(slug, r.sha256))]
     if lost:
-        shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        listed = [shown(p) for p in lost]
+        named = ", ".join(listed[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
         raise NotEligible(
-            f"Isolated reissue cannot rebuild {len(lost)} file(s) whose recorded content was not kept ({shown}); "
+            f"Isolated reissue cannot rebuild {len(lost)} file(s) whose recorded content was not kept ({named}); "
             "nothing was changed. Reconcile instead, or restore them by hand.",
             reason="content_not_kept",
-            files=lost[:100],
+            files=[wire(p) for p in lost[:100]],
         )
-    diffs, _ = ws.workspace_diffs(task)
+    c = ws.compare_task(task)
     old = task.workspace
     fresh = make_fresh_dir(Path(old).parent, f"task-{task.pk}.reissue")
-    rebuilt = []
-    for row in rows:
-        with open(store_path(slug, row.sha256), "rb") as src:
-            after = write_file(fresh, row.path, src, mtime_ns=row.mtime_ns, exclusive=True)
-        if after != row.sha256:
-            raise NotEligible(f"{row.path}: the kept content no longer matches its hash; nothing was switched.")
-        rebuilt.append({"path": row.path, "before": row.sha256, "after": after, "size": row.size})
+    rebuilt, not_remade = [], []
+    # Directories first would not matter (every write makes its parents); files before links, so that a link
+    # into the workspace never stands where a file is written.
+    for row in sorted(rows, key=lambda r: (r.kind != FILE, r.path)):
+        if row.kind == FILE:
+            with open(store_path(slug, row.sha256), "rb") as src:
+                after = write_file(fresh, row.path, src, mtime_ns=row.mtime_ns, exclusive=True)
+            if after != row.sha256:
+                raise NotEligible(
+                    f"{shown(row.path)}: the kept content no longer matches its hash; nothing was switched."
+                )
+            rebuilt.append({"path": wire(row.path), "before": row.sha256, "after": after, "size": row.size})
+        elif row.kind in REMADE:
+            make_entry(fresh, row.path, row.kind, link=link_text(row.link))
+            rebuilt.append({"path": wire(row.path), "kind": row.kind, **({"link": row.link} if row.link else {})})
+        else:
+            not_remade.append({"path": wire(row.path), "kind": row.kind})
     Task.objects.filter(pk=task.pk).update(workspace=str(fresh), updated_at=timezone.now())
     kept = [
-        {"path": d.path, "status": d.status, "sha256": d.actual.sha256 if d.actual else None, "why": d.status}
-        for d in diffs
+        {"path": wire(d.path), "status": d.status, "sha256": d.actual.sha256 if d.actual else None, "why": d.status}
+        for d in c.diffs
         if d.status != wd.SAME
     ]
     copy = HeldCopy.objects.create(task=task, path=old, reason="reissue", files=kept)
     task.workspace = str(fresh)
+    # The rebuilt entries are recorded as they are now (new inodes and ctimes, the same content and targets);
+    # a socket or device that was not made again leaves the manifest.
+    manifest_rebuilt(task=task, keys=[r.path for r in rows if r.kind == FILE or r.kind in REMADE])
+    gone = [r.path for r in rows if r.kind not in REMADE and r.kind != FILE]
+    if gone:
+        WorkspaceFile.objects.filter(task=task, path__in=gone).delete()
     result = {
         "workspace": str(fresh),
         "old_workspace": old,
-        "checked": len(diffs),
+        "checked": len(c.diffs),
         "rebuilt": rebuilt,
+        "not_remade": not_remade,
         "kept_differences": kept,
         "held_copy": old,
-        "counts": {"checked": len(diffs), "rebuilt": len(rebuilt), "kept": len(kept)},
+        "counts": {"checked": len(c.diffs), "rebuilt": len(rebuilt), "kept": len(kept), "not_remade": len(not_remade)},
     }
     return result, True, copy
 
@@ -179,14 +238,21 @@ def _retry_export(action: RecoveryAction, user) -> tuple[dict, bool, HeldCopy | 
 # --- the service --------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def action_repair(*, action_id: int, user, version, repair: str, run: int | None = None) -> Repair:
     """Carry out one repair on a live workspace action (admin), and record its actual result.
 
     A complete repair resolves the action (open → resolved) and lifts the
     workspace hold; a reconcile that held files keeps it open (the result lists
     them), and a retry export that failed again keeps it open with the new error.
+    The workspace is read before the repair's transaction (content is never
+    hashed while the action is locked); the repair itself compares that reading.
     """
+    with ws.read_ahead_for_action(action_id, user):
+        return _action_repair(action_id=action_id, user=user, version=version, repair=repair, run=run)
+
+
+@transaction.atomic
+def _action_repair(*, action_id: int, user, version, repair: str, run: int | None = None) -> Repair:
     action = _locked(action_id, user)
     require_role(user, action.org_id, Role.ADMIN)
     action = RecoveryAction.objects.select_related("task__org", "run__continues", "original_owner").get(pk=action.pk)

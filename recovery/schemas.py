@@ -199,3 +199,8 @@ class WorkspaceOut(serializers.Serializer):
     export = serializers.JSONField(required=False, **Nullable)
     reason = serializers.CharField(required=False)
     kept = serializers.JSONField(required=False)
+
+
+class DeliveredOut(serializers.Serializer):
+    task = serializers.IntegerField()
+    messages = serializers.ListField(child=serializers.IntegerField(), help_text="the follow-ups waiting again")

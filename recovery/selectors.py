@@ -3,24 +3,68 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
-from recovery.gates import AdmissionFacts, first_closed_gate
+from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
 from tasks.errors import NotFound
 from tasks.holds import Hold
-from tasks.models import LEASED_RUN_STATUSES, Agent, Event, Message, Run, RunKind, Step, Task
+from tasks.models import (
+    LEASED_RUN_STATUSES,
+    Agent,
+    Event,
+    Message,
+    MessageStatus,
+    Run,
+    RunKind,
+    RunStatus,
+    Step,
+    Task,
+    effective_continuation,
+    refused_at_admission,
+)
 from tasks.modes import known_tools
-from tasks.selectors import chain_ids, task_facts, visible_runs, visible_tasks
+from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
 
 WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
 
 def _latest_run(field: str = "pk"):
     return Subquery(Run.objects.filter(task=OuterRef("pk")).order_by("-id").values(field)[:1])
+
+
+def _message_count(status: str):
+    return Coalesce(
+        Subquery(
+            Message.objects.filter(task=OuterRef("pk"), status=status)
+            .order_by()
+            .values("task")
+            .annotate(n=Count("pk"))
+            .values("n")[:1]
+        ),
+        0,
+    )
+
+
+def awaiting_recovery(task_ref=None):
+    """Runs the supervisor takes up on its next pass: interrupted, or stopped by a pause or the budget, that
+    nothing has handled yet (no continuation, no action, no fresh start since), of an open task.
+    `task_ref` narrows them to one task (an OuterRef for an annotation)."""
+    qs = (
+        Run.objects.filter(
+            Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
+        )
+        .exclude(Exists(Run.objects.filter(effective_continuation(), continues=OuterRef("pk"))))
+        # A later run that continues nothing is a fresh start: the old chain is not recovered.
+        .exclude(Exists(Run.objects.filter(task=OuterRef("task"), pk__gt=OuterRef("pk"), continues__isnull=True)))
+        .exclude(Exists(RecoveryAction.objects.filter(run=OuterRef("pk"))))
+        .exclude(task__status__in=("done", "cancelled"))
+    )
+    return qs if task_ref is None else qs.filter(task=task_ref)
 
 
 def annotate_state(qs):
@@ -34,6 +78,10 @@ def annotate_state(qs):
         has_open_dependency=Exists(open_dependency),
         current_run_id=_latest_run(),
         current_run_status=_latest_run("status"),
+        # What moves an idle task on by itself, so a row never says "nothing is scheduled" beside it.
+        followups_waiting=_message_count(MessageStatus.WAITING),
+        followups_undelivered=_message_count(MessageStatus.NOT_DELIVERED),
+        awaiting_run_id=Subquery(awaiting_recovery(OuterRef("pk")).order_by("-id").values("pk")[:1]),
     )
 
 
@@ -191,9 +239,31 @@ def admission_facts(
         source_run_id=source.pk,
         attempts=action.attempts if action else 0,
         max_attempts=action.max_attempts if action else None,
-        chain_length=len(chain_ids(source, task_runs)),
+        chain_length=counted_runs(chain_runs(source, task_runs)),
         workspace_action=workspace[0] if workspace else None,
         workspace_kind=workspace[1] if workspace else "",
+    )
+
+
+def continuation_source(task: Task) -> Run | None:
+    """The run a continuation of the task continues: its latest run, passing over runs cancelled before they
+    started and runs refused at admission (neither ran anything to continue from)."""
+    return (
+        Run.objects.filter(task=task)
+        .exclude(status=RunStatus.CANCELLED, started_at__isnull=True)
+        .exclude(refused_at_admission())
+        .order_by("-id")
+        .first()
+    )
+
+
+def recorded_exhaustion(source: Run) -> RecoveryAction | None:
+    """The latest action on `source` that was exhausted by a bound and then cancelled or retired with its
+    exhaustion standing (an admin's grant clears it): the bound still holds the run."""
+    return (
+        RecoveryAction.objects.filter(run=source, exhaustion__in=BOUNDS, status__in=("cancelled", "retired"))
+        .order_by("-id")
+        .first()
     )
 
 
@@ -228,16 +298,25 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         steps = getattr(run, "step_list", None)
         if steps is None:
             steps = list(run.steps.order_by("seq"))
-    chain = chain_ids(run, task_runs)
+    chain = chain_runs(run, task_runs)
+    # Only interruptions count toward "interrupted twice": a verified stop (the run ended `stopped`, with a
+    # receipt) left its step dispatched on purpose, so it counts against no bound.
+    earlier_runs = [pk for pk, status in chain[:-1] if status != RunStatus.STOPPED]
     if task_runs is not None:
         # Nested steps count too: a batch is bounded item by item.
         earlier_seqs = [
-            s.seq for rid in chain[:-1] if rid in task_runs for s in task_runs[rid].step_list if s.phase == "dispatched"
+            s.seq
+            for rid in earlier_runs
+            if rid in task_runs
+            for s in task_runs[rid].step_list
+            if s.phase == "dispatched"
         ]
     else:
         earlier_seqs = []
-        if len(chain) > 1:
-            earlier_seqs = Step.objects.filter(run_id__in=chain[:-1], phase="dispatched").values_list("seq", flat=True)
+        if earlier_runs:
+            earlier_seqs = Step.objects.filter(run_id__in=earlier_runs, phase="dispatched").values_list(
+                "seq", flat=True
+            )
     earlier: dict[int, int] = {}
     for seq in earlier_seqs:
         earlier[seq] = earlier.get(seq, 0) + 1
@@ -246,7 +325,7 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         status=run.status,
         plan=run.input,
         steps=tuple(step_facts(s) for s in steps),
-        chain_length=len(chain),
+        chain_length=counted_runs(chain),
         earlier_interruptions=earlier,
         recovery_disabled=run.recovery_disabled,
         dropped=tuple(d.get("seq") for d in (run.carry or {}).get("dropped", []) if isinstance(d, dict)),
@@ -330,7 +409,7 @@ def run_usage(run: Run, steps: list[Step], *, task_runs: dict[int, Run] | None =
     """At most two queries (none with `task_runs`, every run of the task with `step_list`)."""
     own = [s for s in steps if s.reused_from_id is None and s.phase in ("completed", "failed")]
     carried = [s.reused_from_id for s in steps if s.reused_from_id is not None]
-    chain = chain_ids(run, task_runs)[:-1]
+    chain = [pk for pk, _ in chain_runs(run, task_runs)][:-1]
     if task_runs is not None:
         originals = {s.pk: s.usage for r in task_runs.values() for s in r.step_list if s.pk in set(carried)}
         reused = sum(originals.get(pk, 0) for pk in carried)

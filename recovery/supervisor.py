@@ -7,29 +7,29 @@ nothing more than one pass would.
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.actions import action_open, actions_settle, handovers_run
+from recovery.actions import action_open_for, actions_settle, handovers_run
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit
 from recovery.gates import first_closed_gate
-from recovery.models import ActionKind, ActionStatus, RecoveryAction
+from recovery.models import RecoveryAction
 from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
-from recovery.retention import checkpoints_purge, retention
-from recovery.selectors import admission_facts, diagnose
-from tasks.batches import NESTED_BASE
+from recovery.retention import checkpoints_purge, idempotency_purge, retention
+from recovery.selectors import admission_facts, awaiting_recovery, diagnose
 from tasks.errors import GateClosed, NotEligible
-from tasks.models import Run, RunStatus, effective_continuation
+from tasks.models import Run, RunStatus, Task, effective_continuation
 from tasks.services import leases_expire
 from tasks.workers import instances_prune
+from tasks.workspace import Budget
 
 log = logging.getLogger("recovery.supervisor")
 
@@ -44,6 +44,9 @@ class PassReport:
     admitted: list[int] = field(default_factory=list)
     purged: list[int] = field(default_factory=list)
     exported: list[int] = field(default_factory=list)
+    forgotten: int = 0  # idempotency records purged
+    # Duties that failed in this pass (name -> count): logged and counted, never fatal.
+    failed: Counter = field(default_factory=Counter)
 
     def __bool__(self):
         return bool(
@@ -60,42 +63,27 @@ class PassReport:
 
 def runs_awaiting_recovery():
     """Interrupted runs, and runs stopped by a pause or the budget, that nothing has handled yet."""
-    return (
-        Run.objects.filter(
-            Q(status=RunStatus.INTERRUPTED) | Q(status=RunStatus.STOPPED, stop_reason__in=("paused", "budget"))
-        )
-        .exclude(Exists(Run.objects.filter(effective_continuation(), continues=OuterRef("pk"))))
-        # A later run that continues nothing is a fresh start: the old chain is not recovered.
-        .exclude(Exists(Run.objects.filter(task=OuterRef("task"), pk__gt=OuterRef("pk"), continues__isnull=True)))
-        .filter(actions__isnull=True)
-        .exclude(task__status__in=("done", "cancelled"))
-        .select_related("task__agent__profile", "agent")
-        .order_by("id")
-    )
+    return awaiting_recovery().select_related("task__agent__profile", "agent").order_by("id")
 
 
-def _blocking_cause(diagnosis) -> str:
-    codes = [r.code for r in diagnosis.reasons]
-    if diagnosis.disposition == c.CORRUPT:
-        return "corrupt_checkpoint"
-    for code in c.UNAVAILABLE:  # recovery unavailable: what remains is start over or cancel
-        if code in codes:
-            return code
-    if diagnosis.disposition == c.EXHAUSTED:
-        return codes[0]
-    if "unknown_outcome" in codes:
-        return "unknown_outcome"
-    if "step_failed" in codes:
-        return "step_failed"
-    return codes[0] if codes else "needs_decision"
-
-
-def recover_run(run: Run) -> tuple[str, int] | None:
+def recover_run(run: Run, budget: Budget | None = None) -> tuple[str, int] | None:
     """Continue `run` automatically when its evidence proves that safe; otherwise open an action.
 
     Returns ("continued", run id), ("opened", action id), or None when a gate
-    holds it for now (it is looked at again on the next pass).
+    holds it for now, or when the pass's budget for reading workspaces ran out
+    before its workspace was read (it is looked at again on the next pass).
+    The workspace is read before the run is locked: validation inside the
+    transaction compares that reading and hashes nothing.
     """
+    budget = budget if budget is not None else Budget()
+    task = Task.objects.select_related("org").get(pk=run.task_id)
+    with workspaces.read_ahead_for(task, budget=budget):
+        if budget.spent:
+            return None
+        return _recover_run(run)
+
+
+def _recover_run(run: Run) -> tuple[str, int] | None:
     with transaction.atomic():
         run = Run.objects.select_for_update(of=("self",)).select_related("task__agent__profile", "agent").get(pk=run.pk)
         continued = Run.objects.filter(effective_continuation(), continues=run).exists()
@@ -116,94 +104,154 @@ def recover_run(run: Run) -> tuple[str, int] | None:
                 # The workspace differs from its manifest: the continuation was refused, an action lists why.
                 return "opened", workspaces.refusal_of(cont).extra["action"]
             return "continued", cont.pk
-        evidence = {
-            "disposition": diagnosis.disposition,
-            "reasons": [r.as_dict() for r in diagnosis.reasons],
-            "run_status": run.status,
-            "error_code": run.error_code,
-            "error_detail": run.error_detail,
-        }
-        exhaustion = ""
         if diagnosis.disposition == c.AUTO_RESUMABLE:
-            cause = "auto_resume_off"
-            kind, seq, owner, status = ActionKind.CONTINUATION, None, "role:operator", ActionStatus.OPEN
+            action = action_open_for(run, diagnosis, cause="auto_resume_off")
         else:
-            cause = _blocking_cause(diagnosis)
-            if cause in c.UNAVAILABLE:
-                evidence["remaining"] = ["start_over", "cancel"]
-            unknown = [r for r in diagnosis.reasons if r.code == "unknown_outcome" and r.seq is not None]
-            if diagnosis.disposition == c.NEEDS_DECISION and cause == "unknown_outcome" and unknown:
-                seq = unknown[0].seq
-                step = run.steps.get(seq=seq)
-                evidence.update(
-                    {
-                        "seq": seq,
-                        "tool": step.tool,
-                        "args": step.args,
-                        "dispatched_at": step.dispatched_at.isoformat() if step.dispatched_at else None,
-                        "recovery_mode": step.recovery_mode,
-                    }
-                )
-                if step.parent_seq is not None:  # a batch item or a subagent's call: say which
-                    evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
-                kind = ActionKind.UNKNOWN_OUTCOME
-            else:
-                seq = next((r.seq for r in diagnosis.reasons if r.seq is not None), None)
-                kind = ActionKind.CONTINUATION
-            exhausted = diagnosis.disposition == c.EXHAUSTED
-            owner = "role:admin" if exhausted else "role:operator"
-            status = ActionStatus.EXHAUSTED if exhausted else ActionStatus.OPEN
-            exhaustion = cause if exhausted else ""
-        action = action_open(
-            run=run,
-            kind=kind,
-            cause=cause,
-            evidence=evidence,
-            seq=seq,
-            recovery_owner=owner,
-            status=status,
-            exhaustion=exhaustion,
-        )
+            action = action_open_for(run, diagnosis)
         return "opened", action.pk
 
 
-def supervise_once(*, label: str = "", interval: float | None = None) -> PassReport:
+def supervise_once(*, label: str = "", interval: float | None = None, exports: bool = True) -> PassReport:
     """Expire lapsed leases, recover what they left, settle actions, admit follow-ups, export what succeeded,
-    purge expired checkpoints.
+    purge expired checkpoints and idempotency records.
 
-    Each pass is counted for the supervisor process `label` (recovery/passes.py).
+    Never raises for a failing duty (see `_duty`). Each pass is counted for the supervisor process `label`
+    (recovery/passes.py), with the duties that failed in it. `exports=False` leaves exports to the caller:
+    `manage.py supervise` copies them in a thread of their own, so a large workspace never delays a pass.
     """
+    label = label or default_label()
     started_at, clock = timezone.now(), time.monotonic()
-    report = _pass()
+    report = _pass(label=label, exports=exports)
     interval = float(settings.CONSOLE_SUPERVISE_SECONDS if interval is None else interval)
-    pass_record(
-        label=label or default_label(),
-        interval=interval,
-        started_at=started_at,
-        duration=time.monotonic() - clock,
-        report=report,
-    )
+    failed = _unrecorded.setdefault(label, Counter())
+    failed.update(report.failed)
+    recorded = Counter(failed)
+    with _duty("pass_record", PassReport()) as ok:
+        pass_record(
+            label=label,
+            interval=interval,
+            started_at=started_at,
+            duration=time.monotonic() - clock,
+            report=report,
+            failed=recorded,
+        )
+    if ok:
+        failed.subtract(recorded)  # counted now; a count that could not be written is added to the next pass's
+    else:
+        failed["pass_record"] += 1
     return report
 
 
-def _pass() -> PassReport:
-    report = PassReport()
-    for run in leases_expire():
-        (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
+# Failed duties of each supervisor process not yet written to its row (the write itself may be what failed).
+_unrecorded: dict[str, Counter] = {}
+# The last failure of each duty, so a failure repeated pass after pass logs its traceback once.
+_last_failure: dict[str, str] = {}
+
+
+def duty_failed(*, label: str, duty: str) -> None:
+    """A duty the supervisor process `label` runs outside its pass (bulk operations) failed: counted with the
+    pass's own failures at the next pass, after its connection is made fresh."""
+    _unrecorded.setdefault(label or default_label(), Counter())[duty] += 1
+    _fresh_connection()
+
+
+class _duty:
+    """Runs one duty of a pass; any error in it is logged, counted in `report.failed` and swallowed.
+
+    Duties are independent and idempotent (each settles its own rows with its own transactions), so one that
+    fails — "database is locked", a lock or statement timeout, a connection the database dropped, a bug —
+    costs only itself: the pass goes on with the others and the next pass tries it again.
+    """
+
+    def __init__(self, name: str, report: PassReport):
+        self.name, self.report, self.ok = name, report, True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        self.ok = False
+        self.report.failed[self.name] += 1
+        described = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "supervisor duty %s failed (%s); the pass goes on, the next pass tries it again",
+            self.name,
+            described,
+            exc_info=_last_failure.get(self.name) != described,
+        )
+        _last_failure[self.name] = described
+        _fresh_connection()
+        return True
+
+    def __bool__(self):
+        return self.ok
+
+
+def _fresh_connection() -> None:
+    """After a failure the connection may be broken (dropped by the database, or in a failed transaction):
+    close it, so the next duty opens (or takes from the pool) a working one."""
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except Exception:  # closing a connection the database already dropped
+        log.debug("closing the failed connection", exc_info=True)
+
+
+def _connection_lost(exc: Exception) -> bool:
+    """A failure every run would meet alike (the database is locked, gone, or timing out): stop trying runs."""
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def _recover(report: PassReport, budget: Budget) -> None:
     for run in runs_awaiting_recovery()[:200]:
-        outcome = recover_run(run)
+        try:
+            outcome = recover_run(run, budget)
+        except Exception as exc:
+            if _connection_lost(exc):
+                raise
+            # One run whose recovery fails (a bug, bad data) must not hold back the others behind it.
+            log.exception("supervisor: recovering run #%s failed; the others go on", run.pk)
+            report.failed["recover"] += 1
+            _fresh_connection()
+            continue
         if outcome is not None:
             (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
+
+
+def _pass(*, label: str, exports: bool) -> PassReport:
+    report = PassReport()
+    with _duty("leases_expire", report):
+        for run in leases_expire():
+            (report.interrupted if run.status == RunStatus.INTERRUPTED else report.stopped).append(run.pk)
+    # One budget for reading workspaces per pass (CONSOLE_WORKSPACE_HASH_BUDGET): once spent, what is left waits
+    # for the next pass, so no workspace stalls the pass for every organization.
+    budget = Budget()
+    with _duty("recover", report):
+        _recover(report, budget)
     # An agent whose setting says `tell_agent` is handed its unknown outcomes with no person (DESIGN §13).
-    handed = handovers_run()
-    report.settled = actions_settle()
-    report.settled["handed"] = handed
-    report.admitted = messages_admit()
-    report.purged = checkpoints_purge()
+    handed: list[int] = []
+    with _duty("handovers_run", report):
+        handed = handovers_run()
+    with _duty("actions_settle", report):
+        report.settled = actions_settle()
+        report.settled["handed"] = handed
+    with _duty("messages_admit", report):
+        report.admitted = messages_admit(budget=budget)
+    with _duty("checkpoints_purge", report):
+        report.purged = checkpoints_purge()
+    with _duty("idempotency_purge", report):
+        report.forgotten = idempotency_purge()
     now = timezone.now()
-    instances_prune(before=now - retention())
-    passes_prune(before=now - PASS_HISTORY)
-    report.exported = exports_run()
+    with _duty("instances_prune", report):
+        instances_prune(before=now - retention())
+    with _duty("passes_prune", report):
+        passes_prune(before=now - PASS_HISTORY)
+    if exports:
+        with _duty("exports_run", report):
+            report.exported = exports_run(label=label)
     if report:
         log.info("supervisor pass: %s", report)
     return report

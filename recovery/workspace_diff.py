@@ -1,21 +1,30 @@
 """Pure: a workspace's manifest and what is on disk in; the differences, a reconcile plan and a text diff out.
 
 No ORM and no disk here (recovery/workspaces.py reads both), so every rule is
-a plain function of plain data:
+a plain function of plain data, for every kind of entry:
 
-- a file is `same` when its content hash and size match the record, `changed`
-  when they do not (or a recorded file is now a link), `added` when nothing
-  was recorded for it, `missing` when a recorded file is gone;
-- reconcile adopts what only a person changed and *holds* what it must not
-  decide: a file the continuation's remaining plan also changes, a change
-  older than the recorded version, a symbolic link or special file (never
-  followed, never adopted).
+- a regular file is `same` when its size, times and inode match the record
+  (a person cannot set a ctime back) or its content hash does; `changed` when
+  its size or hash differs, or when its times moved and its content could not
+  be read to compare (`verified` False: too large to hash, or not read yet);
+- a symbolic link is `same` when its target is (it is never followed), a
+  device when its number is; an empty directory, a FIFO or a socket when it is
+  still one; an entry of another kind than recorded is `changed`;
+- `added` when nothing was recorded for it (a directory with entries is
+  implied by them, never added itself), `missing` when a recorded entry is gone
+  — only where the walk reached: beyond a walk's bound nothing is missing;
+- reconcile adopts what only a person changed, links and special files
+  included (recorded as what they are, never followed), and *holds* what it
+  must not decide: an entry the continuation's remaining plan also changes, a
+  change older than the recorded version.
 """
 
 import difflib
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+from tasks.workspace import UnsafePath, clean_relpath
 
 DIFF_LIMIT = 64 * 1024
 
@@ -28,8 +37,16 @@ class Entry:
     size: int
     mtime_ns: int
     sha256: str | None
-    kind: str = "file"  # "file" | "link" | "other"
-    link: str | None = None
+    kind: str = "file"  # "file" | "link" | "dir" | "fifo" | "socket" | "device" | "other"
+    link: str | None = None  # a link's target, a device's number
+    ctime_ns: int = 0  # with size, mtime and inode: a file's identity (0: unknown, never trusted)
+    ino: int = 0
+    empty: bool = False  # a directory with nothing in it
+    not_kept: str = ""  # why a file's content was not read or kept (tasks.workspace)
+
+    @property
+    def identity(self) -> tuple:
+        return (self.size, self.mtime_ns, self.ctime_ns, self.ino)
 
 
 @dataclass(frozen=True)
@@ -38,36 +55,53 @@ class FileDiff:
     status: str
     recorded: Entry | None
     actual: Entry | None
+    verified: bool = True  # False: its times moved and its content could not be read to compare
 
 
-def compare(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> list[FileDiff]:
-    """Every path of either side, sorted, with its status."""
+def _status(r: Entry, a: Entry) -> tuple[str, bool]:
+    if r.kind != a.kind:
+        return CHANGED, True
+    if a.kind == "file":
+        if r.ctime_ns and r.identity == a.identity:
+            return SAME, True
+        if r.size != a.size:
+            return CHANGED, True
+        if r.sha256 and a.sha256:
+            return (SAME if r.sha256 == a.sha256 else CHANGED), True
+        return CHANGED, False
+    if a.kind in ("link", "device"):
+        return (SAME if r.link == a.link else CHANGED), True
+    return SAME, True
+
+
+def compare(
+    recorded: Mapping[str, Entry], actual: Mapping[str, Entry], *, covers: Callable[[str], bool] = lambda p: True
+) -> list[FileDiff]:
+    """Every path of either side, sorted, with its status. A recorded path the walk did not reach (`covers`
+    False) is left out: it is neither there nor gone."""
     out = []
     for path in sorted(set(recorded) | set(actual)):
         r, a = recorded.get(path), actual.get(path)
+        verified = True
         if r is None:
+            if a.kind == "dir" and not a.empty:
+                continue  # implied by its entries
             status = ADDED
         elif a is None:
+            if not covers(path):
+                continue
             status = MISSING
-        elif a.kind == "file" and a.sha256 == r.sha256 and a.size == r.size:
-            status = SAME
         else:
-            status = CHANGED
-        out.append(FileDiff(path, status, r, a))
+            status, verified = _status(r, a)
+        out.append(FileDiff(path, status, r, a, verified))
     return out
 
 
 def differing(diffs: Iterable[FileDiff], *, explained: Iterable[str] = ()) -> list[FileDiff]:
-    """The differences, leaving out regular files whose disk state a person's decision explains.
-
-    A link or special file is never explained away: it stays a difference.
-    """
+    """The differences, leaving out entries whose disk state a person's decision explains (they are recorded
+    as that step's effect, as what they are: a link with its target, never followed)."""
     explained = set(explained)
-    return [
-        d
-        for d in diffs
-        if d.status != SAME and not (d.path in explained and (d.actual is None or d.actual.kind == "file"))
-    ]
+    return [d for d in diffs if d.status != SAME and d.path not in explained]
 
 
 @dataclass(frozen=True)
@@ -78,10 +112,11 @@ class PlannedStep:
 
 
 def _norm(path) -> str | None:
-    if not isinstance(path, str) or not path or path.startswith("/"):
+    """A plan's path argument as a stored key (tasks.workspace.clean_relpath), or None."""
+    try:
+        return clean_relpath(path)
+    except UnsafePath:
         return None
-    norm = posixpath.normpath(path)
-    return None if norm.startswith("..") else norm
 
 
 def plan_touches(path: str, steps: Iterable[PlannedStep]) -> list[int]:
@@ -108,27 +143,33 @@ def plan_touches(path: str, steps: Iterable[PlannedStep]) -> list[int]:
 class Verdict:
     path: str
     action: str  # ADOPT | HOLD
-    reason: str  # why: the file's status when adopted; "plan_changes", "older", "link", "special" when held
+    reason: str  # why: the entry's status when adopted; "plan_changes", "older" when held
     seqs: tuple[int, ...] = ()
 
 
 def reconcile_plan(diffs: Iterable[FileDiff], steps: Iterable[PlannedStep]) -> list[Verdict]:
-    """For each difference: adopt the disk's version into the manifest, or hold it (listed, untouched)."""
+    """For each difference: adopt the disk's entry into the manifest, or hold it (listed, untouched).
+
+    Every kind is adopted as what it is — a link with its target (never
+    followed), an empty directory, a FIFO, a socket, a device — so that what a
+    person (or `python -m venv`) made does not block recovery again at the next
+    validation. Held: what the remaining plan also changes, and a regular file
+    whose disk version is older than the recorded one.
+    """
     steps = list(steps)
     out = []
     for d in diffs:
         if d.status == SAME:
             continue
-        if d.actual is not None and d.actual.kind == "link":
-            out.append(Verdict(d.path, HOLD, "link"))
-            continue
-        if d.actual is not None and d.actual.kind != "file":
-            out.append(Verdict(d.path, HOLD, "special"))
-            continue
         seqs = plan_touches(d.path, steps)
         if seqs:
             out.append(Verdict(d.path, HOLD, "plan_changes", tuple(seqs)))
-        elif d.status == CHANGED and d.recorded is not None and d.actual.mtime_ns < d.recorded.mtime_ns:
+        elif (
+            d.status == CHANGED
+            and d.recorded is not None
+            and d.actual.kind == "file" == d.recorded.kind
+            and d.actual.mtime_ns < d.recorded.mtime_ns
+        ):
             out.append(Verdict(d.path, HOLD, "older"))
         else:
             out.append(Verdict(d.path, ADOPT, d.status))

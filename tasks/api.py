@@ -46,7 +46,15 @@ def _fingerprint(request) -> str:
 MAX_IDEMPOTENCY_KEY = IdempotencyRecord._meta.get_field("key").max_length
 
 
-def idempotent(request, handler) -> Response:
+def _run_of(request, response, run_of) -> int | None:
+    kwargs = (getattr(request, "parser_context", None) or {}).get("kwargs") or {}
+    run_id = kwargs.get("run_id")
+    if run_id is None and run_of is not None and isinstance(response.data, dict):
+        run_id = run_of(response.data)
+    return run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else None
+
+
+def idempotent(request, handler, *, run_of=None) -> Response:
     """Run `handler` once per Idempotency-Key.
 
     The same key and body returns the first (successful) response again and
@@ -54,6 +62,10 @@ def idempotent(request, handler) -> Response:
     written in the same transaction as the effect, so two concurrent requests
     with one key cannot both take effect: the loser's transaction rolls back
     on the unique key and it answers with the winner's response.
+
+    The record names the run its response is about — the path's `run_id`, or
+    `run_of(response data)` (a claim) — so purging that run's checkpoint
+    purges the record too (recovery/retention.py).
     """
     key = request.headers.get("Idempotency-Key")
     if not key:
@@ -89,6 +101,7 @@ def idempotent(request, handler) -> Response:
                     fingerprint=fingerprint,
                     status_code=response.status_code,
                     response=response.data,
+                    run_id=_run_of(request, response, run_of),
                 )
             return response
     except IntegrityError:
@@ -136,16 +149,28 @@ def iso(value) -> str | None:
 # --- presenters ----------------------------------------------------------------
 
 
-def message_data(message: Message) -> dict:
+def message_data(message: Message, *, waiting_reason: str | None = None) -> dict:
+    """A follow-up as the operator API shows it. `waiting_reason`, when given, is the reason derived from the
+    facts now (recovery.followups); the saved column is only the last one the supervisor recorded."""
     return {
         "id": message.pk,
         "body": message.body,
-        "author": message.author.username if message.author_id and message.author else None,
+        "author": _author(message),
         "created_at": iso(message.created_at),
         "status": message.status,
-        "waiting_reason": message.waiting_reason,
+        "waiting_reason": message.waiting_reason if waiting_reason is None else waiting_reason,
         "run": message.run_id,
+        "read_at": iso(message.read_at),
     }
+
+
+def _author(message: Message) -> str | None:
+    return message.author.username if message.author_id and message.author else None
+
+
+def claimed_message(message: Message) -> dict:
+    """A follow-up as a claim hands it to the worker (API.md: `{"id", "author", "created_at", "body"}`)."""
+    return {"id": message.pk, "author": _author(message), "created_at": iso(message.created_at), "body": message.body}
 
 
 def step_data(step: Step) -> dict:
@@ -206,7 +231,7 @@ def claim_data(run: Run) -> dict:
     held += [n.get("seq") for n in notices if not n.get("parent_seq")]
     # Steps of the chain this run did not carry (the agent plans them again) count as planned.
     held += [r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict)]
-    messages = [message_data(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
+    messages = [claimed_message(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
     return {
         "run": run.pk,
         "task": run.task_id,
@@ -263,7 +288,7 @@ class ClaimView(RunnerView):
                 return Response(status=status.HTTP_204_NO_CONTENT)
             return Response(claim_data(run))
 
-        return idempotent(request, handle)
+        return idempotent(request, handle, run_of=lambda data: data.get("run"))
 
 
 class HeartbeatView(RunnerView):
@@ -466,6 +491,24 @@ class AgentToolsView(RunnerView):
         def handle():
             agent, registered = catalogue.tools_register(worker=request.user, agent=name, tools=tools)
             return Response({"agent": agent.name, "tools": [t.as_dict() for t in registered]})
+
+        return idempotent(request, handle)
+
+
+class MessagesAckView(RunnerView):
+    class MessagesAckInputSerializer(serializers.Serializer):
+        epoch = serializers.IntegerField()
+        ids = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=services.MAX_ACK_IDS)
+
+    @extend_schema(request=MessagesAckInputSerializer, responses=schemas.MessagesAckOut)
+    def post(self, request, run_id: int):
+        data = self.MessagesAckInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+
+        def handle():
+            read = services.messages_ack(worker=request.user, run_id=run_id, epoch=v["epoch"], ids=v["ids"])
+            return Response({"acknowledged": read})
 
         return idempotent(request, handle)
 

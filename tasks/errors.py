@@ -1,5 +1,8 @@
 """Service errors with stable codes, and the API's one error format."""
 
+import time
+from dataclasses import dataclass
+
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -159,18 +162,102 @@ def not_found(request, exception=None):
 
 
 DATABASE_BUSY = "Every database connection of this server is in use. Nothing was changed; try again in a few seconds."
+DATABASE_UNAVAILABLE = "The console cannot reach its database. Nothing was changed; try again in a few seconds."
+DATABASE_LOST = (
+    "The console lost its connection to the database while answering. What you asked may or may not have been "
+    "saved: reload to see, then try again if it was not."
+)
+DATABASE_LOCKED = (
+    "Another process kept the database busy for too long. Reload in a few seconds to see whether what you asked "
+    "was saved, then try again if it was not."
+)
 BUSY_RETRY_AFTER = 5
 
 
-def database_busy(exc: BaseException | None) -> bool:
-    """Whether a request failed because it waited out the connection pool (psycopg_pool.PoolTimeout, which
-    Django re-raises as its own OperationalError): it never got a connection, so it wrote nothing."""
-    from psycopg_pool import PoolTimeout
+@dataclass(frozen=True)
+class DatabaseTrouble:
+    """Why a request could not be served by the database: `code` is the cause (`database_busy`: every connection
+    of this process is in use, or SQLite's write lock is held; `database_unavailable`: the database cannot be
+    reached or dropped the connection), `title` and `detail` say it to people."""
 
+    code: str
+    title: str
+    detail: str
+
+
+BUSY = DatabaseTrouble("database_busy", "The console is busy", DATABASE_BUSY)
+UNAVAILABLE = DatabaseTrouble("database_unavailable", "The console cannot reach its database", DATABASE_UNAVAILABLE)
+LOST = DatabaseTrouble("database_unavailable", "The console lost its database connection", DATABASE_LOST)
+LOCKED = DatabaseTrouble("database_busy", "The console is busy", DATABASE_LOCKED)
+
+# How long the last answer of `database_answers` stands: a burst of refused requests probes once.
+PROBE_SECONDS = 1.0
+PROBE_TIMEOUT = 2
+_probe: dict = {}
+
+
+def database_answers() -> bool:
+    """Whether the database accepts a new connection now, outside the pool (PostgreSQL; SQLite always does)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return True
+    now = time.monotonic()
+    if _probe and now - _probe["at"] < PROBE_SECONDS:
+        return _probe["ok"]
+    params = connection.get_connection_params()  # the pool's own options are not connection parameters
+    params["connect_timeout"] = PROBE_TIMEOUT
+    try:
+        with connection.Database.connect(**params) as conn:
+            conn.execute("SELECT 1")
+        ok = True
+    except connection.Database.Error:
+        ok = False
+    _probe.update(at=time.monotonic(), ok=ok)
+    return ok
+
+
+def _chain(exc: BaseException | None):
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, PoolTimeout):
-            return True
+        yield exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """A psycopg error that means the connection is gone (it has no SQL state, or one of class 08, connection
+    exception, or 57P, the server shutting down), as opposed to an error of the statement."""
+    import psycopg
+
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate or ""
+        return state == "" or state.startswith(("08", "57P"))
     return False
+
+
+def database_trouble(exc: BaseException | None) -> DatabaseTrouble | None:
+    """Whether a request failed because the database could not serve it, and why; None for any other error.
+
+    - It waited out the connection pool (psycopg_pool.PoolTimeout, re-raised by Django as its OperationalError):
+      it never got a connection, so it wrote nothing. `database_busy` when the database answers a connection of
+      its own (every pooled connection is in use), `database_unavailable` when it does not.
+    - Its connection dropped (a database restart, a failover, the network): `database_unavailable`; a change in
+      flight may or may not have been committed, and the sentence says so.
+    - SQLite's write lock stayed held past CONSOLE_SQLITE_TIMEOUT ("database is locked"): `database_busy`.
+    """
+    import sqlite3
+
+    from django.db import InterfaceError as DjangoInterfaceError
+    from psycopg_pool import PoolTimeout
+
+    chain = list(_chain(exc))
+    if any(isinstance(e, PoolTimeout) for e in chain):
+        return BUSY if database_answers() else UNAVAILABLE
+    if any(isinstance(e, sqlite3.OperationalError) and "locked" in str(e) for e in chain):
+        return LOCKED
+    if any(_connection_lost(e) for e in chain) or isinstance(exc, DjangoInterfaceError):
+        return LOST
+    return None

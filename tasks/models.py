@@ -332,6 +332,9 @@ class Step(models.Model):
     planned_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # What the step's completion could not keep of the workspace files it changed, and why
+    # (tasks.workspace.Recorded.notes); null when it changed none or kept them all.
+    workspace_notes = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["run_id", "seq"]
@@ -367,13 +370,21 @@ class Step(models.Model):
 class MessageStatus(models.TextChoices):
     WAITING = "waiting"
     ADMITTED = "admitted"
+    # Handed to its run at the claim; not yet acknowledged by the worker.
     DELIVERED = "delivered"
-    # The task was closed before the message reached a run: kept and shown, never silently dropped.
+    # Acknowledged by the run it was handed to (`read_at`): only now has the agent had it.
+    READ = "read"
+    # The task was closed before the message was read: kept and shown, never silently dropped.
     NOT_DELIVERED = "not_delivered"
 
 
+# A message handed to a run that then finished its work without acknowledging it is carried once more;
+# after that second hand-over it stays delivered to the last run (the worker does not acknowledge follow-ups).
+MAX_HANDOVERS_UNREAD = 2
+
+
 class Message(models.Model):
-    """A follow-up a person wrote on a task; delivered to exactly one run."""
+    """A follow-up a person wrote on a task; read by exactly one run (its acknowledgement)."""
 
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="messages")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
@@ -382,6 +393,9 @@ class Message(models.Model):
     status = models.CharField(max_length=16, choices=MessageStatus.choices, default=MessageStatus.WAITING)
     waiting_reason = models.CharField(max_length=200, blank=True)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    # How many runs it was handed to at their claim, and when the run that has it acknowledged reading it.
+    handovers = models.PositiveSmallIntegerField(default=0)
+    read_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -392,7 +406,13 @@ class Message(models.Model):
                 condition=Q(status__in=(MessageStatus.WAITING, MessageStatus.NOT_DELIVERED)) | Q(run__isnull=False),
                 name="message_admitted_has_run",
             ),
+            models.CheckConstraint(
+                condition=Q(status=MessageStatus.READ, read_at__isnull=False)
+                | (~Q(status=MessageStatus.READ) & Q(read_at__isnull=True)),
+                name="message_read_has_time",
+            ),
         ]
+        indexes = [models.Index(fields=["task", "status"], name="message_task_status")]
 
 
 class Event(models.Model):
@@ -420,7 +440,12 @@ class Event(models.Model):
 
 
 class IdempotencyRecord(models.Model):
-    """The first response to a mutation carrying an Idempotency-Key."""
+    """The first response to a mutation carrying an Idempotency-Key.
+
+    A response may hold what retention purges (a claim's saved results and follow-ups, a run's steps), so
+    records expire with the checkpoint retention (recovery/retention.py), and the records of a run go when its
+    checkpoint is purged, whichever comes first.
+    """
 
     principal = models.CharField(max_length=200)
     key = models.CharField(max_length=200)
@@ -428,9 +453,12 @@ class IdempotencyRecord(models.Model):
     status_code = models.PositiveSmallIntegerField()
     response = models.JSONField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The run the response is about (a runner write, a claim, a stop), whose purge takes the record with it.
+    run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["principal", "key"], name="idempotency_key_unique")]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
 
 
 class WorkerInstance(models.Model):
@@ -470,20 +498,33 @@ def refused_at_admission() -> Q:
 
 
 class WorkspaceFile(models.Model):
-    """One file of a task's workspace manifest: what the checkpoints say is on disk.
+    """One entry of a task's workspace manifest: what the checkpoints say is on disk.
 
-    Written in the transaction that completes the step that changed the file
-    (tasks.workspace.manifest_record), from what the server reads on disk, and
-    by an admin's repair (`source` says which). `kept` says whether the
-    content is kept in the workspace store, so it can be diffed and rebuilt.
+    Written when the step that changed it completes (tasks.workspace.manifest_record),
+    from what the server reads on disk, and by an admin's repair (`source` says
+    which). `kind` is what the entry is: a regular file (size, times, sha256 —
+    empty when its content was not read: `not_kept` says why), a symbolic link
+    (`link`: its target in wire form, never followed), an empty directory, a
+    FIFO, a socket or a device (`link`: its number). `kept` says whether a file's
+    content is in the workspace store, so it can be diffed and rebuilt. `path` is
+    the stored key (tasks.workspace.key_of): the path, or "/" and its escape form
+    for a name that is not text.
     """
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="workspace_files")
-    path = models.CharField(max_length=1000)
+    path = models.CharField(max_length=2000)
+    kind = models.CharField(max_length=8, default="file")
     size = models.BigIntegerField()
     mtime_ns = models.BigIntegerField()
-    sha256 = models.CharField(max_length=64)
+    # With the size and mtime, the identity a file is compared by before its content is read: a person can set
+    # a file's mtime back, never its ctime. 0 when unknown (recorded before these were kept).
+    ctime_ns = models.BigIntegerField(default=0)
+    ino = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    link = models.JSONField(null=True, blank=True)
     kept = models.BooleanField(default=False)
+    not_kept = models.CharField(max_length=32, blank=True)
+    not_kept_detail = models.CharField(max_length=300, blank=True)
     # The step that wrote it (kept as numbers too: checkpoints are purged after 30 days).
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     run_id_seen = models.PositiveBigIntegerField(null=True, blank=True)

@@ -53,9 +53,21 @@ class MessageOut(serializers.Serializer):
     body = serializers.CharField()
     author = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
-    status = serializers.CharField()
+    status = serializers.CharField(help_text="waiting | admitted | delivered | read | not_delivered")
     waiting_reason = serializers.CharField(allow_blank=True)
     run = serializers.IntegerField(allow_null=True)
+    read_at = serializers.DateTimeField(allow_null=True, help_text="when the run it was handed to acknowledged it")
+
+
+class ClaimedMessageOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    author = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    body = serializers.CharField()
+
+
+class MessagesAckOut(serializers.Serializer):
+    acknowledged = serializers.ListField(child=serializers.IntegerField())
 
 
 class ReusedOut(serializers.Serializer):
@@ -96,7 +108,7 @@ class ClaimOut(serializers.Serializer):
     reused = ReusedOut(many=True)
     notices = NoticeOut(many=True, help_text="steps the agent gets a notice for instead of a saved result")
     next_seq = serializers.IntegerField(help_text="one more than the highest top-level step number the chain planned")
-    messages = MessageOut(many=True)
+    messages = ClaimedMessageOut(many=True)
     dropped = serializers.ListField(child=serializers.JSONField())
     workspace = serializers.CharField(allow_blank=True)
 

@@ -3,10 +3,11 @@
 from django.db.models import Q, QuerySet
 
 from tasks.holds import TaskFacts
-from tasks.models import Event, Membership, Role, Run, Task, TaskStatus, Worker
+from tasks.models import Event, Membership, Role, Run, RunStatus, Task, TaskStatus, Worker
 
 
 def memberships_of(user) -> list[Membership]:
+    """The user's memberships, read once per user object (a request's); `memberships_forget` reads them again."""
     if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, Worker):
         return []
     cached = getattr(user, "_console_memberships", None)
@@ -14,6 +15,13 @@ def memberships_of(user) -> list[Membership]:
         cached = list(Membership.objects.filter(user=user).select_related("org").order_by("id"))
         user._console_memberships = cached
     return cached
+
+
+def memberships_forget(user) -> None:
+    """The next role or visibility check reads the user's memberships from the database again: a long operation
+    acting for a person (a bulk operation, item after item) sees a role lost midway at its next step."""
+    if user is not None:
+        user.__dict__.pop("_console_memberships", None)
 
 
 def membership_in(user, org_id: int) -> Membership | None:
@@ -103,25 +111,42 @@ def task_facts(task: Task) -> TaskFacts:
     )
 
 
-CHAIN_LIMIT = 64  # longer than any chain may grow (32), so a cycle cannot loop forever
+# A walk guard only: a chain is bounded by the runs that count (verified stops do not), so it may hold more.
+CHAIN_LIMIT = 100_000
 
 
-def chain_ids(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[int]:
-    """Run ids of the chain ending at `run`, oldest first.
+def chain_runs(run: Run, runs_by_id: dict[int, Run] | None = None) -> list[tuple[int, str]]:
+    """(id, status) of each run of the chain ending at `run`, oldest first.
 
     With `runs_by_id` (the task's runs) it reads nothing; otherwise one query
-    per link, bounded by CHAIN_LIMIT.
+    (the task's runs, by id), whatever the length of the chain.
     """
-    ids = [run.pk]
+    if run.continues_id is None:
+        return [(run.pk, run.status)]
+    if runs_by_id is None:
+        links = {
+            pk: (continues_id, status)
+            for pk, continues_id, status in Run.objects.filter(task_id=run.task_id).values_list(
+                "pk", "continues_id", "status"
+            )
+        }
+    else:
+        links = {pk: (r.continues_id, r.status) for pk, r in runs_by_id.items()}
+    out = [(run.pk, run.status)]
     prev = run.continues_id
-    while prev is not None and len(ids) < CHAIN_LIMIT:
-        ids.append(prev)
-        if runs_by_id is not None:
-            link = runs_by_id.get(prev)
-            prev = link.continues_id if link is not None else None
-        else:
-            prev = Run.objects.filter(pk=prev).values_list("continues_id", flat=True).first()
-    return list(reversed(ids))
+    while prev is not None and len(out) < CHAIN_LIMIT:
+        link = links.get(prev)
+        if link is None:
+            break
+        out.append((prev, link[1]))
+        prev = link[0]
+    return list(reversed(out))
+
+
+def counted_runs(chain: list[tuple[int, str]]) -> int:
+    """How many runs of a chain count toward its bound: a verified stop (a stop with a receipt: a person's
+    Stop, a pause, the budget, closing) is not an interruption and counts against no bound."""
+    return sum(1 for _, status in chain if status != RunStatus.STOPPED)
 
 
 def org_admin_names(org_id: int, limit: int = 5) -> list[str]:

@@ -17,12 +17,22 @@ from django.utils import timezone
 
 from tasks import checkpoints, lifecycle, payloads
 from tasks.authz import require_role
-from tasks.errors import Invalid, NotEligible, NotFound, PayloadTooLarge, SeqConflict, ServiceError, StaleLease
+from tasks.errors import (
+    IdempotencyConflict,
+    Invalid,
+    NotEligible,
+    NotFound,
+    PayloadTooLarge,
+    SeqConflict,
+    ServiceError,
+    StaleLease,
+)
 from tasks.events import actor_name, event_append
 from tasks.export_roots import destination_refusal
 from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
+    MAX_HANDOVERS_UNREAD,
     Agent,
     Message,
     MessageStatus,
@@ -44,6 +54,7 @@ from tasks.workspace import (
     UnsafePath,
     clean_relpath,
     make_fresh_dir,
+    manifest_read_ahead,
     manifest_record,
     step_paths,
 )
@@ -72,6 +83,11 @@ def _stored(value, what: str):
         raise Invalid(f"The {what} cannot be saved: {exc}.") from None
     _check_payload(value, what)
     return value
+
+
+def _canonical(value) -> str:
+    """One spelling of a stored value, to tell two outcomes apart exactly (`true` is not `1`, `1.0` not `1`)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _fast_stored(value):
@@ -242,6 +258,9 @@ def _open_sources(status: str) -> tuple[str, ...]:
 
 def _task_status_after(run: Run) -> str:
     if run.status == RunStatus.SUCCEEDED:
+        # A follow-up that waits is work the task still owes: its next run carries it, so it is not done yet.
+        if Message.objects.filter(task_id=run.task_id, status=MessageStatus.WAITING).exists():
+            return TaskStatus.IN_PROGRESS
         return TaskStatus.DONE
     if run.status in LEASED_RUN_STATUSES or run.status == RunStatus.QUEUED:
         return TaskStatus.IN_PROGRESS
@@ -267,9 +286,12 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
     only = _ClaimFilter(agents=None if agents is None else list(agents), kinds=None if kinds is None else list(kinds))
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            return _claim_in_one_statement(worker, label, only)
-        run = _claim(worker, label, only)
-        instance_seen(worker=worker, label=label, claimed=run is not None)
+            run = _claim_in_one_statement(worker, label, only)
+        else:
+            run = _claim(worker, label, only)
+            instance_seen(worker=worker, label=label, claimed=run is not None)
+    if run is not None and run.continues_id is None:
+        _record_baseline(run)
     return run
 
 
@@ -277,6 +299,20 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
 class _ClaimFilter:
     agents: list[str] | None = None
     kinds: list[str] | None = None
+
+
+def _record_baseline(run: Run) -> None:
+    """A chain starts (a first run, a fresh start): what the workspace holds now is its baseline, e.g. inputs a
+    person put there; later differences are then real ones. Read after the claim committed (the worker has not
+    been told of its claim yet, so nothing writes there), recorded in a transaction of its own."""
+    task = Task.objects.select_related("org").get(pk=run.task_id)
+    try:
+        disk = manifest_read_ahead(task=task, scan_all=True)
+        with transaction.atomic():
+            manifest_record(task=task, scan_all=True, source="baseline", disk=disk)
+    except OSError:
+        # An unreadable workspace records no baseline: validation then lists what is there as added.
+        pass
 
 
 def _claim_in_one_statement(worker: Worker, label: str, only: _ClaimFilter) -> Run | None:
@@ -365,12 +401,7 @@ def _take(run: Run, worker: Worker, label: str) -> bool:
     ):
         return False
     _task_follows_claim(run.task, now)
-    # Follow-ups reach the agent with the claim of the continuation they were admitted into.
-    delivered = []
-    if run.continues_id is not None:
-        delivered = MESSAGES.move_all(
-            Message.objects.filter(run=run), MessageStatus.DELIVERED, expect=MessageStatus.ADMITTED
-        )
+    delivered = messages_hand_over(run)
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -389,12 +420,30 @@ def _take(run: Run, worker: Worker, label: str) -> bool:
     return True
 
 
+def messages_hand_over(run: Run) -> list[int]:
+    """Follow-ups reach the agent with the claim of the task's next run, inside the claim's transaction.
+
+    The ones admitted into this run, and every one still waiting on the task (written while another run
+    worked, or returned by a run that ended without reading it): whatever run of the task starts next
+    carries them, a first run and a fresh start included. They are `delivered` (handed over) now and
+    `read` only once the run acknowledges them.
+    """
+    # One live run per task: every follow-up admitted on the task was admitted into this run.
+    return sorted(
+        MESSAGES.move_all(
+            Message.objects.filter(task_id=run.task_id),
+            MessageStatus.DELIVERED,
+            expect=(MessageStatus.ADMITTED, MessageStatus.WAITING),
+            run=run,
+            waiting_reason="",
+            handovers=F("handovers") + 1,
+        )
+    )
+
+
 def _claimed(run: Run) -> None:
-    """What follows every claim, in its transaction: the chain's workspace baseline, the listeners."""
-    if run.continues_id is None:
-        # A chain starts (a first run, a fresh start): what the workspace holds now is its
-        # baseline, e.g. inputs a person put there. Later differences are then real ones.
-        manifest_record(task=run.task, scan_all=True, source="baseline")
+    """What follows every claim, in its transaction: the listeners. (The workspace baseline of a chain's first
+    run is recorded after the claim's transaction: `_record_baseline`.)"""
     lifecycle.run_started(run)
 
 
@@ -470,6 +519,35 @@ def _held_step(*, worker: Worker, run_id: int, epoch, seq, related: tuple[str, .
         raise NotFound(f"Run #{run.pk} has no step {seq}.")
     _check_held(step.run, worker=worker, run_id=run_id, epoch=epoch)
     return step
+
+
+MAX_ACK_IDS = 1_000
+
+
+@transaction.atomic
+def messages_ack(*, worker: Worker, run_id: int, epoch, ids) -> list[int]:
+    """The run acknowledges the follow-ups it was handed: each becomes `read` (with `read_at`), once.
+
+    Fenced by the lease like every runner write. Returns the ids of the run's messages that are read,
+    in the order they were written: a repeated acknowledgement returns the same ids and changes nothing.
+    An id that is not a follow-up handed to this run is left out (another run's, another task's, unknown).
+    """
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if not isinstance(ids, list) or len(ids) > MAX_ACK_IDS or not all(_is_id(i) for i in ids):
+        raise Invalid(f"`ids` must be a list of at most {MAX_ACK_IDS} message ids.", field="ids")
+    mine = Message.objects.filter(run=run, pk__in=set(ids))
+    now = timezone.now()
+    read = MESSAGES.move_all(mine, MessageStatus.READ, expect=MessageStatus.DELIVERED, read_at=now, waiting_reason="")
+    if read:
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="messages_read",
+            actor=worker,
+            payload={"messages": sorted(read)},
+        )
+    return list(mine.filter(status=MessageStatus.READ).order_by("created_at", "id").values_list("pk", flat=True))
 
 
 @transaction.atomic
@@ -779,7 +857,7 @@ def step_complete(
         )
         if done is not None:
             return done
-    return _step_complete(
+    return _complete_after_reading(
         worker=worker,
         run_id=run_id,
         epoch=epoch,
@@ -790,7 +868,26 @@ def step_complete(
         usage=usage,
         result_too_large=result_too_large,
         files=files,
+        read_first=True,
     )
+
+
+class _ReadFirst(Exception):
+    """The step changes workspace files: its transaction stops before writing anything, so that the disk is
+    read (and large files hashed) with no lock held; then the step completes in a transaction of its own."""
+
+    def __init__(self, task: Task, paths: list[str], scan_all: bool):
+        super().__init__()
+        self.task, self.paths, self.scan_all = task, paths, scan_all
+
+
+def _complete_after_reading(**kwargs) -> tuple[Step, bool]:
+    try:
+        return _step_complete(**kwargs)
+    except _ReadFirst as first:
+        kwargs["read_first"] = False
+        kwargs["disk"] = manifest_read_ahead(task=first.task, paths=first.paths, scan_all=first.scan_all)
+        return _step_complete(**kwargs)
 
 
 @transaction.atomic
@@ -806,14 +903,22 @@ def _step_complete(
     usage=None,
     result_too_large: bool = False,
     files=None,
+    disk=None,
+    read_first: bool = False,
 ) -> tuple[Step, bool]:
     """Record the outcome of a dispatched step; returns it and whether the run should stop.
 
     The task's workspace manifest is updated in the same transaction, from what
     the server reads on disk: a completed `file_write` / `file_edit` records its
-    file, `bash` (completed or failed) has the whole workspace scanned, and
+    file, `bash` (completed or failed) has the whole workspace walked, and
     `files` — workspace-relative paths the worker says the step changed — are
-    read and recorded too (an unsafe path is refused before anything is saved).
+    recorded too (an unsafe path is refused before anything is saved). Their
+    content is read before this transaction, never with the run locked: with
+    `read_first` the transaction stops at `_ReadFirst` before writing anything,
+    the disk is read, and the step completes with that reading (`disk`); here
+    only `lstat`s are made. The outcome is recorded whatever the disk
+    does: a file that could not be read or kept is recorded as not kept, with
+    the reason, on the step (`workspace_notes`) and its manifest entry.
 
     `usage` (default 1) is added to the task's budget; reaching the limit asks
     the run to stop at this boundary. A result the worker could not send whole
@@ -827,22 +932,27 @@ def _step_complete(
     run, task = step.run, step.run.task
     reported = _reported_files(files)
     phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
-    if step.phase == phase and step.dispatch_epoch == epoch:
-        return step, run.status == RunStatus.STOPPING
-    if step.phase != StepPhase.DISPATCHED:
-        raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
     usage, usage_detail = usage_units(usage)
     result = _stored(result, "step result")
     error = "" if error is None else payloads.readable(str(error))[:10_000]
+    outcome = {"phase": phase, "result": None if result_too_large else result, "error": error, "usage": usage}
+    if step.phase in (StepPhase.COMPLETED, StepPhase.FAILED) and step.dispatch_epoch == epoch:
+        # A repeat (a retry whose first answer was lost, without its Idempotency-Key): one outcome per step.
+        if _canonical(outcome) == _canonical({name: getattr(step, name) for name in outcome}):
+            return step, run.status == RunStatus.STOPPING
+        raise IdempotencyConflict(
+            f"Step {seq} was already {step.phase} with another outcome; the saved one stands and this one was "
+            "not recorded.",
+            seq=seq,
+            phase=step.phase,
+        )
+    if step.phase != StepPhase.DISPATCHED:
+        raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
+    paths, scan_all = step_paths(step.tool, step.args)
+    if read_first and (paths or scan_all or reported):
+        raise _ReadFirst(task, [*(paths if ok else []), *reported], scan_all)
     now = timezone.now()
-    done = {
-        "phase": phase,
-        "result": None if result_too_large else result,
-        "error": error,
-        "usage": usage,
-        "usage_detail": usage_detail,
-        "completed_at": now,
-    }
+    done = {**outcome, "usage_detail": usage_detail, "completed_at": now}
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
     if Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(**done) != 1:
         raise NotEligible(f"Step {seq} changed while being completed.")
@@ -864,20 +974,40 @@ def _step_complete(
         # the total read with the step is the one this adds to.
         Task.objects.filter(pk=task.pk).update(budget_used=F("budget_used") + usage, updated_at=now)
         task.budget_used += usage
-    paths, scan_all = step_paths(step.tool, step.args)
+    notes = None
     if paths or scan_all or reported:
-        manifest_record(task=task, step=step, paths=paths if ok else [], scan_all=scan_all, forget_missing=reported)
+        notes = _record_files(task, step, paths=paths if ok else [], scan_all=scan_all, reported=reported, disk=disk)
+        if notes:
+            Step.objects.filter(pk=step.pk).update(workspace_notes=notes)
+            step.workspace_notes = notes
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
         run_id=run.pk,
         kind="step_completed" if ok else "step_failed",
         actor=worker,
-        payload={"seq": seq, "tool": step.tool, "usage": usage},
+        payload={
+            "seq": seq,
+            "tool": step.tool,
+            "usage": usage,
+            **({"not_kept": notes.get("not_kept_count", 0)} if notes and notes.get("not_kept_count") else {}),
+        },
     )
     if run.status == RunStatus.RUNNING and task.budget_exhausted:
         _request_stop(run, actor="system", reason="budget")
     return step, run.status == RunStatus.STOPPING
+
+
+def _record_files(task: Task, step: Step, *, paths, scan_all: bool, reported, disk) -> dict:
+    """The step's manifest update; its notes (files not kept and why, a walk cut short). A disk that cannot be
+    read is a note too, never an error: the step's outcome is recorded either way."""
+    try:
+        with transaction.atomic():  # a savepoint: a failed update leaves the outcome to be recorded
+            return manifest_record(
+                task=task, step=step, paths=paths, scan_all=scan_all, forget_missing=reported, disk=disk
+            ).notes()
+    except OSError as exc:
+        return {"error": f"{exc.strerror or exc}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")}
 
 
 MAX_REPORTED_FILES = 10_000
@@ -958,7 +1088,6 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
         **fields,
     )
     run.refresh_from_db()
-    task_status_follows(run.task_id, _task_status_after(run))
     if run.started_at is None:
         # Follow-ups admitted into a run no worker started were never delivered: they wait again.
         MESSAGES.move_all(
@@ -968,6 +1097,9 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
             run=None,
             waiting_reason=f"Waiting: run #{run.pk} was {run.status} before any worker started it.",
         )
+    else:
+        _unread_messages_return(run, actor=actor)
+    task_status_follows(run.task_id, _task_status_after(run))
     lifecycle.run_ended(run)
     return run
 
@@ -994,6 +1126,54 @@ def _diverged(diverged) -> dict:
             raise Invalid(f"`diverged.{side}.args` must be an object.", field=f"diverged.{side}")
         calls[side] = {"tool": call["tool"][:100], "args": args}
     return {"seq": seq, **calls}
+
+
+def _unread_messages_return(run: Run, *, actor) -> None:
+    """Follow-ups handed to `run` that it ended without acknowledging, settled in its end's transaction.
+
+    On a closed task they are not delivered (kept and shown). Otherwise a run cut off or stopped before
+    reading them gives them back: the next run of the task carries them again. A run that finished its
+    work (failed, succeeded) without reading them gives them back once; after a second such hand-over
+    they stay delivered to that run: its worker does not acknowledge follow-ups.
+    The task's row is locked first, so a follow-up saved meanwhile is seen by the task's status after.
+    """
+    status = Task.objects.select_for_update().filter(pk=run.task_id).values_list("status", flat=True).first()
+    unread = Message.objects.filter(run=run, status=MessageStatus.DELIVERED)
+    if status in (TaskStatus.DONE, TaskStatus.CANCELLED):
+        gone = MESSAGES.move_all(
+            unread,
+            MessageStatus.NOT_DELIVERED,
+            expect=MessageStatus.DELIVERED,
+            waiting_reason=f"Not delivered: the task was closed before run #{run.pk} read it.",
+        )
+        if gone:
+            event_append(
+                org_id=run.org_id,
+                task_id=run.task_id,
+                run_id=run.pk,
+                kind="messages_not_delivered",
+                actor=actor,
+                payload={"messages": gone, "reason": "task closed"},
+            )
+        return
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        unread = unread.filter(handovers__lt=MAX_HANDOVERS_UNREAD)
+    back = MESSAGES.move_all(
+        unread,
+        MessageStatus.WAITING,
+        expect=MessageStatus.DELIVERED,
+        run=None,
+        waiting_reason=f"Waiting: run #{run.pk} ended ({run.status}) before reading it; the next run carries it.",
+    )
+    if back:
+        event_append(
+            org_id=run.org_id,
+            task_id=run.task_id,
+            run_id=run.pk,
+            kind="messages_returned",
+            actor=actor,
+            payload={"messages": back, "status": run.status},
+        )
 
 
 @transaction.atomic

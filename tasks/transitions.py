@@ -168,9 +168,15 @@ TASKS = Machine(
 MESSAGES = Machine(
     Message,
     {
-        M.WAITING: frozenset({M.ADMITTED, M.NOT_DELIVERED}),
+        # waiting → delivered: the claim of the task's next run takes it (a first run or a fresh start too).
+        M.WAITING: frozenset({M.ADMITTED, M.DELIVERED, M.NOT_DELIVERED}),
         # admitted → waiting: its run was cancelled before a worker started it.
         M.ADMITTED: frozenset({M.DELIVERED, M.WAITING, M.NOT_DELIVERED}),
+        # delivered → read: the run acknowledged it. delivered → waiting: its run ended without reading it
+        # (cut off, stopped, or finished without acknowledging), so the next continuation carries it again.
+        M.DELIVERED: frozenset({M.READ, M.WAITING, M.NOT_DELIVERED}),
+        # not delivered → waiting: the task was reopened and an operator asked to deliver it.
+        M.NOT_DELIVERED: frozenset({M.WAITING}),
     },
     "message",
 )
@@ -190,8 +196,9 @@ def _claim_sql() -> str:
     other claimers hold, moves it queued → running (RUNS' table), follows with its task (TASKS' table),
     appends its `run_claimed` event and records the worker instance's claim poll: what `move()`, the
     task's follow-up, `event_append` and `instance_seen` do, without a round trip each. A candidate whose
-    task has a parent (an ancestor's pause is decided in Python) or that continues a run (follow-ups to
-    deliver, an attempt to settle) is only locked and returned: the caller claims it through `move()`.
+    task has a parent (an ancestor's pause is decided in Python), that continues a run (an attempt to
+    settle), or whose task has follow-ups waiting (the claim hands them over) is only locked and returned:
+    the caller claims it through `move()`.
     """
     global _CLAIM_SQL
     if _CLAIM_SQL is not None:
@@ -201,6 +208,7 @@ def _claim_sql() -> str:
     run_sources = RUNS.sources(R.RUNNING, expect=R.QUEUED)
     task_sources = tuple(s for s in TASKS.sources(T.IN_PROGRESS) if s in OPEN_TASK_STATUSES)
     run_t, task_t, dep_t = Run._meta.db_table, Task._meta.db_table, Task.dependencies.through._meta.db_table
+    msg_t = Message._meta.db_table
 
     def cols(model, alias):
         return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
@@ -211,7 +219,8 @@ def _claim_sql() -> str:
     # Only table and column names and the status enums are formatted in; every value is a parameter.
     _CLAIM_SQL = f"""
 WITH candidate AS (
-    SELECT r.id, r.continues_id, t.parent_id AS task_parent_id
+    SELECT r.id, r.continues_id, t.parent_id AS task_parent_id,
+           EXISTS (SELECT 1 FROM {msg_t} m WHERE m.task_id = r.task_id AND m.status = '{M.WAITING}') AS has_waiting
     FROM {run_t} r JOIN {task_t} t ON t.id = r.task_id
     WHERE r.org_id = %(org)s AND r.status = '{R.QUEUED}'
       AND NOT t.paused
@@ -233,7 +242,7 @@ WITH candidate AS (
         lease_epoch = r.lease_epoch + 1, lease_expires_at = %(expires)s, started_at = %(now)s
     FROM candidate c
     WHERE r.id = c.id AND r.status IN ({quoted(run_sources)})
-      AND c.task_parent_id IS NULL AND c.continues_id IS NULL
+      AND c.task_parent_id IS NULL AND c.continues_id IS NULL AND NOT c.has_waiting
     RETURNING r.*
 ), moved AS (
     UPDATE {task_t} t

@@ -1,6 +1,7 @@
 """Real processes for tests: a daphne server on the test database, workers, supervisors."""
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -51,8 +52,35 @@ def child_env(**extra) -> dict:
     return env
 
 
+# Options of the Procfile's web line that belong to the caller, not to how daphne serves.
+PLACE_OPTIONS = {"-b", "--bind", "-p", "--port", "--access-log"}
+
+
+def web_options() -> list[str]:
+    """The daphne options of the Procfile's web process (its handshake and ping limits) without its address,
+    port and access log: test servers and the bench serve sockets as the deployed process does."""
+    line = next(x for x in (ROOT / "Procfile").read_text().splitlines() if x.startswith("web:"))
+    words = shlex.split(line.partition(":")[2])
+    words = words[words.index("daphne") + 1 : -1]  # between the program and the application
+    options = []
+    while words:
+        word = words.pop(0)
+        if word in PLACE_OPTIONS:
+            words.pop(0)
+        else:
+            options.append(word)
+    return options
+
+
+def connect_timeout() -> float:
+    """Seconds daphne gives the application to accept a websocket handshake (the Procfile's, else daphne's 5)."""
+    options = web_options()
+    flag = "--websocket_connect_timeout"
+    return float(options[options.index(flag) + 1]) if flag in options else 5.0
+
+
 class Server:
-    """`daphne console.asgi:application` as a subprocess, polled until it answers."""
+    """`daphne console.asgi:application` with the Procfile's options, as a subprocess, polled until it answers."""
 
     def __init__(self, *, port: int | None = None, log: Path | None = None, **env):
         self.port = port or free_port()
@@ -65,7 +93,17 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                *web_options(),
+                "console.asgi:application",
+            ],
             cwd=ROOT,
             env=child_env(**self.env),
             stdout=self._log,
@@ -120,3 +158,92 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class TcpProxy:
+    """A TCP forwarder between a server process and PostgreSQL that the test can cut and restore: a real network
+    outage of the database for that process (its connections drop, new ones are refused), nothing faked."""
+
+    def __init__(self, target: tuple[str, int]):
+        import threading
+
+        self.target = target
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._sockets: set = set()
+        self._listener = None
+
+    def url(self, database_url: str) -> str:
+        """`database_url` through this proxy."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(database_url)
+        auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+        return urlunsplit(parts._replace(netloc=f"{auth}127.0.0.1:{self.port}"))
+
+    def start(self) -> "TcpProxy":
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _accept(self, listener) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source, sink) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """The database becomes unreachable: open connections drop, new ones are refused."""
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def restore(self) -> None:
+        self.start()
+
+    def stop(self) -> None:
+        self.cut()

@@ -5,19 +5,25 @@ touching the run), `NotEligible` (the body says why, e.g. `reason:
 stop_requested`), `PayloadTooLarge`, `RunnerUnavailable` (the server could not
 be reached, after retries) and the generic `RunnerError`.
 
-Transport failures are retried a few times with a short backoff because the
-server may be restarting. Each logical call sends one `Idempotency-Key`, reused
-by its retries, so a retried write the server already applied is not applied
-twice. A 4xx is never retried.
+Transport failures and 502/503/504 answers (a restarting server, a proxy in front
+of it, a database outage the server reports as 503 with Retry-After) are retried
+with a capped backoff: a few times for a call of its own (a claim, a heartbeat),
+and for as long as a window allows for the writes of a held run — the client
+`within(window)` returns retries while its lease is live, so a web restart or a
+short database outage does not abandon the run. Each logical call sends one
+`Idempotency-Key`, reused by its retries, so a retried write the server already
+applied is not applied twice. A 4xx is never retried.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -27,7 +33,9 @@ from tasks import payloads
 log = logging.getLogger("tasks.worker")
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # the server refuses a larger step result with 413
-RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a restarting server
+RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a restarting server; the database out of reach
+MAX_PAUSE = 5.0  # the longest wait between two tries (unless the server's Retry-After asks for more)
+MAX_RETRY_AFTER = 30.0  # a Retry-After is honoured up to this (a proxy's "come back in an hour" is not)
 
 
 class RunnerError(Exception):
@@ -97,6 +105,8 @@ class RunnerClient:
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
+        # Seconds left to keep retrying a write (see `within`); None: `retries` tries.
+        self.window: Callable[[], float] | None = None
         # Set when the worker shuts down: a claim is then not retried (nothing new is taken on).
         self.stopping = stopping
         # httpx.Client is safe to share between the executor and heartbeat threads.
@@ -116,6 +126,13 @@ class RunnerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def within(self, window: Callable[[], float]) -> RunnerClient:
+        """This client (the same connections), retrying each call for as long as `window()` seconds remain —
+        for a held run, until its lease would lapse: past that a write is refused anyway."""
+        leased = copy.copy(self)
+        leased.window = window
+        return leased
+
     # --- the runner API --------------------------------------------------
 
     def claim(self, worker_label: str) -> dict | None:
@@ -134,6 +151,10 @@ class RunnerClient:
     def create_task(self, run: int, epoch: int, title: str, input: dict, agent: str = "") -> dict:
         body = {"epoch": epoch, "title": title, "input": input, "agent": agent}
         return self._post(f"/api/runner/runs/{run}/tasks/", body) or {}
+
+    def ack(self, run: int, epoch: int, ids: list[int]) -> dict:
+        """Acknowledge the follow-ups the claim handed over: from now on they are read by this run."""
+        return self._post(f"/api/runner/runs/{run}/messages/ack/", {"epoch": epoch, "ids": ids}) or {}
 
     def dispatch(self, run: int, epoch: int, seq: int) -> dict:
         return self._post(f"/api/runner/runs/{run}/steps/{seq}/dispatch/", {"epoch": epoch}) or {}
@@ -186,23 +207,55 @@ class RunnerClient:
             try:
                 response = self._http.post(path, json=body, headers=headers)
             except httpx.TransportError as exc:
-                if attempt > self.retries or (give_up is not None and give_up.is_set()):
+                pause = self._retry_in(attempt, None, give_up)
+                if pause is None:
                     raise RunnerUnavailable(
                         0, {"code": "unavailable", "detail": f"{type(exc).__name__}: {exc}"}
                     ) from exc
-                log.warning(
-                    "runner API %s unreachable (%s); retry %d/%d", path, type(exc).__name__, attempt, self.retries
-                )
-                self._pause(attempt)
+                log.warning("runner API %s unreachable (%s); %s", path, type(exc).__name__, self._when(attempt, pause))
+                time.sleep(pause)
                 continue
-            if response.status_code in RETRY_STATUSES and attempt <= self.retries:
-                log.warning("runner API %s answered %d; retry %d/%d", path, response.status_code, attempt, self.retries)
-                self._pause(attempt)
-                continue
+            if response.status_code in RETRY_STATUSES:
+                pause = self._retry_in(attempt, response.headers.get("Retry-After"), give_up)
+                if pause is not None:
+                    code = self._decode_quietly(response)
+                    log.warning(
+                        "runner API %s answered %d%s; %s",
+                        path,
+                        response.status_code,
+                        f" {code}" if code else "",
+                        self._when(attempt, pause),
+                    )
+                    time.sleep(pause)
+                    continue
             return self._decode(response)
 
-    def _pause(self, attempt: int) -> None:
-        time.sleep(min(self.backoff * 2 ** (attempt - 1), 5.0))
+    def _retry_in(self, attempt: int, retry_after: str | None, give_up: threading.Event | None) -> float | None:
+        """Seconds to wait before the next try, or None to give up."""
+        if give_up is not None and give_up.is_set():
+            return None
+        pause = min(self.backoff * 2 ** (attempt - 1), MAX_PAUSE)
+        if retry_after and retry_after.strip().isdigit():
+            pause = max(pause, min(float(retry_after), MAX_RETRY_AFTER))
+        if self.window is None:
+            return pause if attempt <= self.retries else None
+        left = self.window()
+        if left <= 0:
+            return None
+        return min(pause, left)
+
+    def _when(self, attempt: int, pause: float) -> str:
+        if self.window is None:
+            return f"retry {attempt}/{self.retries} in {pause:.1f} s"
+        return f"retry {attempt} in {pause:.1f} s (the lease allows {max(0.0, self.window()):.0f} s more)"
+
+    @staticmethod
+    def _decode_quietly(response: httpx.Response) -> str:
+        try:
+            body = response.json()
+        except ValueError:
+            return ""
+        return str(body.get("code") or "") if isinstance(body, dict) else ""
 
     @staticmethod
     def _decode(response: httpx.Response) -> dict | None:

@@ -34,11 +34,13 @@ from tasks import payloads
 from tasks.batches import Batch, item_args, item_seq, parse_batch
 from tasks.worker.client import NotEligible, PayloadTooLarge, RunnerClient, RunnerError, StaleLease
 from tasks.worker.faults import Faults
-from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool
+from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool, stop_grace_for
 
 log = logging.getLogger("tasks.worker")
 
 MIN_HEARTBEAT_SECONDS = 0.05
+TOOL_WATCH_SECONDS = 0.1  # how often the executor looks at a running tool's stop and drain
+TOOL_UNWIND_SECONDS = 1.0  # how long a tool told to give up has to end by itself before it is left behind
 FATAL_STATUSES = frozenset({401, 403})  # a bad token does not get better by polling
 # The server refused a step for a reason of the plan itself: the run cannot go on.
 REFUSED_STATUSES = frozenset({400, 404, 409, 413})
@@ -99,6 +101,13 @@ class Heartbeat:
     def mark_lost(self) -> None:
         self.lost.set()
         self.cancel.set()
+
+    def lease_left(self) -> float:
+        """Seconds until the lease lapses unless renewed again (as measured here, never later than the server's);
+        0 once it is known lost. A write to the run is worth retrying only this long."""
+        if self.lost.is_set():
+            return 0.0
+        return self._deadline - time.monotonic()
 
     @property
     def lease_gone(self) -> bool:
@@ -188,8 +197,10 @@ class RunExecutor:
         heartbeat: Heartbeat,
         shutdown: threading.Event,
         abandon: threading.Event | None = None,
+        stop_grace: float | None = None,
     ) -> None:
         self.client = client
+        self.stop_grace = stop_grace if stop_grace is not None else stop_grace_for(10.0)
         self.claim = claim
         self.run: int = claim["run"]
         self.epoch: int = claim["lease_epoch"]
@@ -201,7 +212,8 @@ class RunExecutor:
         self.reused = _reused(claim)
         # Unfinished calls whose recovery mode drops them: the continuation skips them.
         self.dropped = {d["seq"] for d in claim.get("dropped") or [] if isinstance(d, Mapping) and "seq" in d}
-        # Follow-ups from people; a scripted plan has no use for them yet, an LLM agent would.
+        # Follow-ups from people; a scripted plan has no use for them, an LLM agent would. The worker has them
+        # either way, so it acknowledges them (`_acknowledge`): only then does the console call them read.
         self.messages: list[Any] = list(claim.get("messages") or [])
         self.workspace: str | None = claim.get("workspace")
         self.last_result: Any = None
@@ -219,7 +231,17 @@ class RunExecutor:
             log.error("run %s: runner API error, abandoning the run: %s", self.run, exc)
             return Outcome.ABANDONED
 
+    def _acknowledge(self) -> None:
+        """Tell the console the follow-ups handed over with the claim were received (fenced by the lease)."""
+        ids = [m["id"] for m in self.messages if isinstance(m, Mapping) and isinstance(m.get("id"), int)]
+        if not ids:
+            return
+        self.faults.check("before_ack", 1, self.attempt, on_hang=self.heartbeat.halt)
+        reply = self.client.ack(self.run, self.epoch, ids)
+        log.info("run %s: follow-up(s) %s acknowledged", self.run, reply.get("acknowledged", ids))
+
     def _execute(self) -> Outcome:
+        self._acknowledge()
         if not self.workspace:
             return self._finish(Outcome.FAILED, "no_workspace", "The claim named no workspace directory.")
         if not os.path.isabs(self.workspace) or not os.path.isdir(self.workspace):
@@ -490,20 +512,46 @@ class RunExecutor:
         return True, {"task": created.get("task")}, None, False
 
     def _run_tool(self, tool: str, args: dict) -> tuple[bool, Any, str | None, bool]:
-        """(ok, result, error, interrupted). Any exception from a tool is a failed step."""
-        ctx = ToolContext(workspace=self.workspace or "", cancel=self.heartbeat.cancel, abandon=self.abandon)
-        try:
-            # The tool boundary of the payload encoding: tools see bytes and any text; checkpoints hold the wire form.
-            # A result that has no wire form cannot be checkpointed: a failure, not a crash.
-            result = payloads.encode(run_tool(tool, payloads.decode(args), ctx))
-        except ToolInterrupted as exc:
+        """(ok, result, error, interrupted). Any exception from a tool is a failed step.
+
+        The tool runs in a thread of its own that this one watches, so that even a tool stuck in a call the
+        tool itself cannot interrupt gives up on time: after a Stop's grace or at the drain deadline it is
+        left behind (a daemon thread) and its step records no outcome.
+        """
+        ctx = ToolContext(
+            workspace=self.workspace or "",
+            cancel=self.heartbeat.cancel,
+            abandon=self.abandon,
+            stop_grace=self.stop_grace,
+        )
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                # The tool boundary of the payload encoding: tools see bytes and any text; checkpoints hold the
+                # wire form. A result that has no wire form cannot be checkpointed: a failure, not a crash.
+                box["result"] = payloads.encode(run_tool(tool, payloads.decode(args), ctx))
+            except BaseException as exc:  # handed to the watching thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name=f"tool-{tool}-run-{self.run}", daemon=True).start()
+        while not done.wait(TOOL_WATCH_SECONDS):
+            why = ctx.give_up()
+            if why is not None and not done.wait(TOOL_UNWIND_SECONDS):
+                log.warning("run %s: tool %s did not end by itself; left behind (%s)", self.run, tool, why)
+                return False, None, f"{tool} cut short: {why}", True
+        exc = box.get("error")
+        if exc is None:
+            return True, box.get("result"), None, False
+        if isinstance(exc, ToolInterrupted):
             return False, None, str(exc), True
-        except ToolError as exc:
+        if isinstance(exc, ToolError):
             return False, None, str(exc), False
-        except Exception as exc:
-            log.debug("run %s: tool %s raised", self.run, tool, exc_info=True)
-            return False, None, f"{type(exc).__name__}: {exc}", False
-        return True, result, None, False
+        log.debug("run %s: tool %s raised", self.run, tool, exc_info=exc)
+        return False, None, f"{type(exc).__name__}: {exc}", False
 
     def _complete(self, seq: int, ok: bool, result: Any, error: str | None, files: list[str] | None = None) -> dict:
         usage = _usage(result)
@@ -537,6 +585,7 @@ def execute_run(
     lease_seconds: float,
     shutdown: threading.Event,
     abandon: threading.Event | None = None,
+    stop_grace: float | None = None,
 ) -> Outcome:
     """Execute one claimed run with its own heartbeat thread."""
     log.info(
@@ -553,9 +602,23 @@ def execute_run(
         log.info("run %s: follow-up message: %s", claim.get("run"), _short(body))
     heartbeat = Heartbeat(client, claim["run"], claim["lease_epoch"], interval=interval, lease_seconds=lease_seconds)
     heartbeat.start()
+    abandon = abandon if abandon is not None else threading.Event()
+
+    def lease_left() -> float:
+        # The run's writes are retried while its lease is live (a web restart, a short database outage), not a
+        # fixed ~7.5 s: giving up leaves a dispatched step, and a notify step becomes a decision for a person.
+        # A shutdown whose drain time ran out stops them at once.
+        return 0.0 if abandon.is_set() else heartbeat.lease_left()
+
     try:
         return RunExecutor(
-            client, claim, faults=faults, heartbeat=heartbeat, shutdown=shutdown, abandon=abandon
+            client.within(lease_left),
+            claim,
+            faults=faults,
+            heartbeat=heartbeat,
+            shutdown=shutdown,
+            abandon=abandon,
+            stop_grace=stop_grace,
         ).execute()
     finally:
         heartbeat.halt()
@@ -618,13 +681,15 @@ def run_forever(
     faults: Faults | None = None,
     shutdown: threading.Event | None = None,
     abandon: threading.Event | None = None,
+    stop_grace: float | None = None,
 ) -> int:
     """Run `concurrency` slots (threads), each claiming and executing runs one at a time.
 
     Slot i claims as `<label>-<i>`. With `once`, each slot claims at most one
     run and returns when there is none. Setting `shutdown` stops claiming and
     ends each slot after its current step; setting `abandon` as well cuts
-    that step's long tool short (the drain time is up). Returns the number of runs claimed;
+    that step's long tool short (the drain time is up); after a Stop a tool may go on for `stop_grace`
+    seconds before it is cut short. Returns the number of runs claimed;
     raises the RunnerError of a slot that could not claim for good (a rejected
     token; with `once`, any claim failure).
     """
@@ -643,6 +708,7 @@ def run_forever(
             lease_seconds=lease_seconds,
             shutdown=shutdown,
             abandon=abandon if abandon is not None else threading.Event(),
+            stop_grace=stop_grace,
         )
         for i in range(1, concurrency + 1)
     ]

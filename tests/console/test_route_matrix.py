@@ -89,6 +89,8 @@ TABLE: dict[str, Row] = {
     "task-pause": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
     "task-resume": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
     "task-message": Row("POST", "page", PAGE_OPERATE, ("task_id",), {"body": "hello"}),
+    # Offers again the follow-ups a closing left undelivered; with none, nothing happens (the header, 200).
+    "task-messages-deliver": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
     # An undecided unknown outcome: Continue now, start over and retry name the decision it needs (409).
     "task-continue": Row("POST", "page", expect(302, 403, 409, 409, 404, 404, 403), ("task_id",)),
     "task-owner": Row("POST", "page", expect(302, 403, 404, 404, 404, 404, 403), ("task_id",), {"agent": "nobody"}),
@@ -141,6 +143,7 @@ TABLE: dict[str, Row] = {
     "api-task-pause": Row("POST", "api", API_OPERATE_200, ("task_id",)),
     "api-task-resume": Row("POST", "api", API_OPERATE_200, ("task_id",)),
     "api-task-messages": Row("POST", "api", expect(401, 403, 201, 201, 404, 404, 403), ("task_id",), {"body": "hi"}),
+    "api-task-messages-deliver": Row("POST", "api", expect(401, 403, 202, 202, 404, 404, 403), ("task_id",)),
     "api-task-owner": Row("POST", "api", expect(401, 403, 404, 404, 404, 404, 403), ("task_id",), {"agent": "nobody"}),
     "api-task-continue": Row("POST", "api", expect(401, 403, 409, 409, 404, 404, 403), ("task_id",)),
     "api-task-close": Row("POST", "api", API_OPERATE_200, ("task_id",), {"resolution": "cancelled", "reason": "m"}),
@@ -192,6 +195,8 @@ TABLE: dict[str, Row] = {
     # Agents are named per organization: globex's worker registers the tools of globex's own builder.
     "runner-agent-tools": Row("POST", "runner", expect(401, 403, 403, 403, 200, NA, NA), ("name",),
                               {"tools": [{"name": "lookup", "mode": "replay", "description": "d"}]}),
+    "runner-messages-ack": Row("POST", "runner", expect(401, 403, 403, 403, 409, NA, NA), ("run_id",),
+                               {"epoch": 1, "ids": [1]}),
     # --- the Django admin: staff only (none of these people is staff); one row for all its routes --------------
     "admin:*": Row("GET", "page", expect(302, 302, 302, 302, 302, 302, 302),
                    note="checked on the index and every registered model's list"),
@@ -408,3 +413,90 @@ def test_overlong_form_and_api_fields_are_refused_or_kept_never_a_500(scenario):
                 response = client.post(url, _overlong(row.body), HTTP_HX_REQUEST="true")
             transaction.set_rollback(True)
         assert response.status_code < 500, (name, response.status_code)
+
+
+# --- the operator bypass of an exhausted bound (issue 20, item 9) ------------------------------------------------
+# An exhausted step's action is cancelled by an operator; then Continue now (page, API) and bulk continue are refused
+# with the gate and the role that can lift it, for every principal, and only the admin's grant on the card the
+# refusal names admits another attempt. Each row: (route, principal) → status, and for a 409 the gate it names.
+
+BYPASS = {
+    "task-continue": expect(302, 403, 409, 409, 404, NA, 403),
+    "api-task-continue": expect(401, 403, 409, 409, 404, NA, 403),
+}
+# The grant the refusal names: admins only (an operator is refused for the role, not the bound).
+GRANT = expect(401, 403, 403, 202, 404, NA, 403)
+
+
+@pytest.fixture
+def bypass(org, other_org, agent, viewer, operator, admin_user):
+    from recovery.actions import action_cancel
+    from recovery.models import RecoveryAction
+    from recovery.supervisor import supervise_once
+    from tasks.models import Run
+    from tests.recovery import engine as e
+
+    first = e.interrupted(org, [e.SAFE, e.SAFE], 2, title=f"{SECRET} exhausted")
+    supervise_once()
+    second = e.crash_after_dispatch(Run.objects.get(continues=first), 2)
+    supervise_once()
+    action = RecoveryAction.objects.get(run=second, status="exhausted")
+    action_cancel(action_id=action.pk, user=operator, version=action.version)
+    # The bypass, once through the service: refused, and the bound is asked about again on an action of its own.
+    from recovery.controls import task_continue
+
+    refused = task_continue(user=operator, task_id=second.task_id)
+    assert refused.run is None and refused.gate.gate == "attempts_exhausted"
+    stranger = make_member(other_org, "gina", "admin")
+    people = {"viewer": viewer, "operator": operator, "admin": admin_user, "other_org": stranger}
+
+    def page(user, csrf=False):
+        c = Client(enforce_csrf_checks=csrf)
+        c.force_login(user)
+        return c
+
+    def api(user):
+        c = APIClient()
+        c.credentials(HTTP_AUTHORIZATION=f"Token {user_token(user)}")
+        return c
+
+    no_csrf = APIClient(enforce_csrf_checks=True)
+    no_csrf.force_login(operator)
+    clients = {
+        "page": {"anonymous": Client(), **{k: page(u) for k, u in people.items()}, "no_csrf": page(operator, True)},
+        "api": {"anonymous": APIClient(), **{k: api(u) for k, u in people.items()}, "no_csrf": no_csrf},
+    }
+    return second, clients
+
+
+@pytest.mark.parametrize("principal", [p for p in PRINCIPALS if p != "private"])
+def test_the_operator_bypass_of_an_exhausted_step_is_refused_with_the_gate_and_who_lifts_it(bypass, principal):
+    from recovery.models import RecoveryAction
+    from tasks.models import Run
+
+    second, clients = bypass
+    runs = Run.objects.count()
+    for name, statuses in BYPASS.items():
+        kind = "page" if name == "task-continue" else "api"
+        url = reverse(name, kwargs={"task_id": second.task_id})
+        client = clients[kind][principal]
+        if kind == "api":
+            response = client.post(url, {}, format="json")
+        else:
+            response = client.post(url, {}, HTTP_HX_REQUEST="true")
+        assert response.status_code == statuses[principal], (name, principal, response.status_code)
+        if response.status_code == 409:
+            reopened = RecoveryAction.objects.get(run=second, status="exhausted")
+            lifted = f"an admin, with Grant one more attempt on recovery action #{reopened.pk}"
+            if kind == "api":
+                body = response.json()
+                assert (body["code"], body["gate"], body["lifted_by"]) == ("gate_closed", "attempts_exhausted", lifted)
+            else:
+                assert "Continue now does not get past that bound" in response.content.decode()
+        assert Run.objects.count() == runs, f"{name} by {principal} ran the exhausted step a third time"
+    # The one grant that lifts it, on the action the refusal named.
+    reopened = RecoveryAction.objects.get(run=second, status="exhausted")
+    url = reverse("api-action-retry", kwargs={"action_id": reopened.pk})
+    response = clients["api"][principal].post(url, {"version": reopened.version, "reason": "fixed"}, format="json")
+    assert response.status_code == GRANT[principal], (principal, response.status_code, response.content[:200])
+    assert Run.objects.count() == runs + (1 if response.status_code == 202 else 0)

@@ -514,3 +514,22 @@ async def test_sockets_that_open_together_start_one_relay_and_each_change_arrive
     finally:
         for communicator in communicators:
             await communicator.disconnect()
+
+
+async def test_a_workers_page_open_beside_them_does_not_stop_the_access_recheck_of_live_pages(org, agent, operator):
+    """The workers page's socket is the relay's too (for session ends), but it has no page access to re-read:
+    the relay's periodic re-check must go on for the other pages (it stopped at the first interval)."""
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="open", agent="builder", input=SAFE_PLAN, creator=operator
+    )
+    workers = await connect("/ws/workers/", operator)
+    page = await subscribed(f"/ws/tasks/{task.pk}/", colleague)
+    try:
+        await asyncio.sleep(0.5)  # a re-check interval or two with both sockets subscribed
+        await database_sync_to_async(type(task).objects.filter(pk=task.pk).update)(private=True)
+        code, sent = await close_code(page, timeout=5)
+        assert code == 4403 and [m for m in sent if not is_warnings(m)] == []
+    finally:
+        await page.disconnect()
+        await workers.disconnect()

@@ -9,7 +9,7 @@ from recovery import classify as c
 from recovery.models import RecoveryAction
 from recovery.selectors import diagnose
 from recovery.supervisor import supervise_once
-from tasks.models import Event, Run, Step
+from tasks.models import Event, IdempotencyRecord, Run, Step
 from tasks.services import task_pause, task_resume
 from tests.processes import manage
 from tests.recovery.engine import SAFE, WRITE, claim, first_run, interrupted, lapse, parked, run_to_end, start
@@ -137,3 +137,64 @@ def test_the_retention_is_read_from_the_environment():
         env={"CONSOLE_CHECKPOINT_RETENTION_DAYS": "7"},
     )
     assert out.stdout.strip().splitlines()[-1] == "7"
+
+
+def keyed(client, path: str, body: dict, key: str):
+    return client.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def test_idempotency_records_expire_with_the_retention_and_a_runs_go_with_its_checkpoint(
+    org, agent, api, runner, settings
+):
+    """An Idempotency-Key record replays its response, which can quote a run's input, saved results and
+    follow-ups: it is kept no longer than the checkpoint retention, and no longer than the run it is about."""
+    settings.CONSOLE_CHECKPOINT_RETENTION_DAYS = 30
+    secret = {"path": "notes.md", "content": "the customer's account number"}
+    body = {"title": "t", "agent": "builder", "input": {"steps": [{"tool": "file_write", "args": secret}]}}
+    assert keyed(api, "/api/tasks/", body, "create-1").status_code == 201
+    claimed = keyed(runner, "/api/runner/claim/", {"worker": "w1-a"}, "claim-1").json()
+    rid, epoch = claimed["run"], claimed["lease_epoch"]
+    assert claimed["input"]["steps"][0]["args"] == secret
+    step = {"epoch": epoch, "seq": 1, "tool": "file_write", "args": secret}
+    assert keyed(runner, f"/api/runner/runs/{rid}/steps/", step, "plan-1").status_code == 201
+    assert keyed(runner, f"/api/runner/runs/{rid}/steps/1/dispatch/", {"epoch": epoch}, "dispatch-1").status_code == 200
+    done = {"epoch": epoch, "ok": True, "result": {"bytes": 29}}
+    assert keyed(runner, f"/api/runner/runs/{rid}/steps/1/complete/", done, "complete-1").status_code == 200
+    finish = {"epoch": epoch, "status": "succeeded"}
+    assert keyed(runner, f"/api/runner/runs/{rid}/finish/", finish, "finish-1").status_code == 200
+    # A stop asked a day before the retention ends is about the run too (its response lists its steps).
+    Run.objects.filter(pk=rid).update(finished_at=timezone.now() - timedelta(days=29))
+    assert keyed(api, f"/api/runs/{rid}/stop/", {}, "stop-1").status_code == 200
+    records = IdempotencyRecord.objects.order_by("id")
+    assert [r.key for r in records] == [
+        "create-1",
+        "claim-1",
+        "plan-1",
+        "dispatch-1",
+        "complete-1",
+        "finish-1",
+        "stop-1",
+    ]
+    assert [r.run_id for r in records] == [None] + [rid] * 6
+
+    # 29 days on: nothing has expired yet.
+    IdempotencyRecord.objects.filter(key="create-1").update(created_at=timezone.now() - timedelta(days=29))
+    supervise_once(label="sup-a")
+    assert IdempotencyRecord.objects.count() == 7
+
+    # 31 days on: the old record expires with the retention, though its task lives on.
+    IdempotencyRecord.objects.filter(key="create-1").update(created_at=timezone.now() - timedelta(days=31))
+    report = supervise_once(label="sup-a")
+    assert report.forgotten == 1 and not IdempotencyRecord.objects.filter(key="create-1").exists()
+    # The same key is a new request now: it creates another task instead of replaying the old answer.
+    again = keyed(api, "/api/tasks/", body, "create-1")
+    assert again.status_code == 201 and "Idempotent-Replayed" not in again.headers
+
+    # The run's checkpoint is purged (it ended over 30 days ago): its records go with it, the stop's included,
+    # though that one is a day old, so no replay quotes what was purged.
+    Run.objects.filter(pk=rid).update(finished_at=timezone.now() - timedelta(days=31))
+    assert supervise_once(label="sup-a").purged == [rid]
+    assert not IdempotencyRecord.objects.filter(run_id=rid).exists()
+    replayed = keyed(runner, "/api/runner/claim/", {"worker": "w1-a"}, "claim-1")
+    assert "Idempotent-Replayed" not in replayed.headers and replayed.json()["run"] != rid  # a new claim
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["create-1", "claim-1"]

@@ -56,7 +56,9 @@ def test_executing_decides_every_item_through_the_service_with_its_event(org, ag
         # The service's own events (the decision, its run), then the item's: all by the person who confirmed.
         assert {"action_decided", "run_queued"} <= set(kinds) and kinds[-1] == "bulk_item"
         assert kinds.count("bulk_item") == 1
-    op_events = list(Event.objects.filter(task__isnull=True, kind__startswith="bulk_").values_list("kind", flat=True))
+    op_events = list(
+        Event.objects.filter(task__isnull=True, kind__startswith="bulk_").order_by("id").values_list("kind", flat=True)
+    )
     assert op_events == ["bulk_previewed", "bulk_started", "bulk_finished"]
 
 

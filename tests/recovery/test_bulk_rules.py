@@ -43,6 +43,11 @@ def test_continue_now_is_refused_as_the_single_click_refuses_it():
     assert verdict("continue", Params(), facts(state="done", run_status="succeeded")).refusal == "nothing_to_continue"
     assert verdict("continue", Params(), facts(state="blocked", status="todo", paused=True)).refusal == "task_paused"
     assert verdict("continue", Params(), facts(status="cancelled")).refusal == "task_closed"
+    # An exhausted bound names its gate (only an admin's grant lifts it); a due time is not a bound.
+    bound = action(kind="continuation", status="exhausted", cause="interrupted_twice", exhaustion="interrupted_twice")
+    assert verdict("continue", Params(), facts(bound)).refusal == "attempts_exhausted"
+    overdue = action(kind="continuation", status="exhausted", cause="auto_resume_off", exhaustion="overdue")
+    assert verdict("continue", Params(), facts(overdue)).refusal == "needs_decision"
 
 
 def test_retry_targets_the_open_action_and_needs_consent_for_an_unknown_outcome():

@@ -289,6 +289,17 @@ def test_interrupted_twice_applies_to_every_mode(mode):
     assert [r.code for r in d.reasons] == ["interrupted_twice"]
 
 
+def test_a_verified_stop_is_not_an_interruption_and_counts_against_no_bound():
+    """Issue 20, item 2: a run that ended `stopped` (with a receipt) left its step dispatched on purpose."""
+    stopped = classify(
+        facts(step(1), step(2, "dispatched", "replay"), status="stopped", chain_length=3, earlier_interruptions={2: 1})
+    )
+    assert stopped.disposition == c.AUTO_RESUMABLE and stopped.reasons == ()
+    # The same cut-off in an interrupted run, after one earlier interruption, is the bound.
+    cut = classify(facts(step(1), step(2, "dispatched", "replay"), chain_length=3, earlier_interruptions={2: 1}))
+    assert cut.disposition == c.EXHAUSTED
+
+
 def test_an_earlier_interruption_of_another_step_does_not_exhaust():
     d = classify(facts(step(1), step(2), step(3, "dispatched"), chain_length=2, earlier_interruptions={2: 1}))
     assert d.disposition == c.AUTO_RESUMABLE

@@ -211,6 +211,84 @@ def test_continue_now_is_refused_by_a_closed_gate_and_while_a_run_is_live(api, o
     assert code(r) == (409, "not_eligible") and r.json()["reason"] == "run_live"
 
 
+# --- exhaustion is a bound (issue 20, item 9) ----------------------------------------------------------
+
+
+def exhausted_chain(org):
+    """Step 2 (replay) of a task cut off in two runs of its chain: an exhausted action, waiting for an admin."""
+    first = e.interrupted(org, [e.SAFE, e.SAFE, e.SAFE], 2)
+    supervise_once()
+    second = e.crash_after_dispatch(Run.objects.get(continues=first), 2)
+    supervise_once()
+    action = RecoveryAction.objects.get(run=second)
+    assert (action.status, action.exhaustion) == ("exhausted", "interrupted_twice")
+    return second, action
+
+
+def test_an_exhausted_step_admits_another_attempt_only_by_the_admins_grant_the_card_names(
+    api, admin_api, org, agent, operator
+):
+    second, action = exhausted_chain(org)
+    task_id = action.task_id
+    # While the exhausted action is live, Continue now is refused with the gate and who lifts it.
+    r = post(api, f"/api/tasks/{task_id}/continue/")
+    assert code(r) == (409, "gate_closed") and r.json()["gate"] == "attempts_exhausted"
+    assert r.json()["action"] == action.pk and "an admin" in r.json()["lifted_by"]
+    # The bypass: an operator cancels the action, then presses Continue now. Refused the same way; the bound is
+    # asked about again on an action of its own, for the admin's grant.
+    action_cancel(action_id=action.pk, user=operator, version=action.version)
+    runs = Run.objects.count()
+    r = post(api, f"/api/tasks/{task_id}/continue/")
+    assert code(r) == (409, "gate_closed") and r.json()["gate"] == "attempts_exhausted", r.json()
+    body = r.json()
+    reopened = RecoveryAction.objects.get(pk=body["action"])
+    assert (reopened.status, reopened.exhaustion, reopened.run_id) == ("exhausted", "interrupted_twice", second.pk)
+    assert body["lifted_by"] == f"an admin, with Grant one more attempt on recovery action #{reopened.pk}"
+    assert "Step 2 was interrupted twice in this chain" in body["detail"]
+    assert Run.objects.count() == runs  # the step did not run a third time
+    # An admin's Continue now is no grant either: the grant is on the card, with a reason.
+    assert code(post(admin_api, f"/api/tasks/{task_id}/continue/")) == (409, "gate_closed")
+    # The card's grant admits exactly one more attempt.
+    r = post(admin_api, f"/api/actions/{reopened.pk}/retry/", {"version": reopened.version, "reason": "disk fixed"})
+    assert r.status_code == 202, r.content
+    third = Run.objects.get(continues=second)
+    assert third.status == "queued" and Run.objects.count() == runs + 1
+
+
+def test_bulk_continue_respects_the_bound_and_says_which_gate_and_who_lifts_it(org, agent, operator):
+    from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+    from recovery.models import BulkItem
+
+    _, action = exhausted_chain(org)
+    action_cancel(action_id=action.pk, user=operator, version=action.version)
+    op = bulk_preview(user=operator, action="continue", ids=[action.task_id])
+    bulk_execute(user=operator, op_id=op.pk, scope_hash=op.scope_hash)
+    bulk_advance()  # the supervisor works through started bulk operations
+    item = BulkItem.objects.get(op=op)
+    assert (item.result, item.reason) == ("skipped", "attempts_exhausted"), (item.result, item.reason, item.detail)
+    assert "Grant one more attempt" in item.detail or "waits for an admin" in item.detail
+    assert not Run.objects.filter(continues=action.run).exists()
+
+
+def test_continue_now_is_bounded_per_chain_like_automatic_recovery(api, org, agent):
+    """A step that fails the same way cannot be continued forever: a chain holds at most 32 runs."""
+    task = e.start(org, [("file_read", {"path": "missing.txt"})])
+    run = e.first_run(task)
+    for _ in range(32):
+        run = e.claim(run)
+        e.plan_step(run, 1)
+        e.dispatch_step(run, 1)
+        e.complete_step(run, 1, ok=False, error="no such file")
+        e.finish(run, status="failed")
+        r = post(api, f"/api/tasks/{task.pk}/continue/")
+        if r.status_code != 202:
+            break
+        run = Run.objects.get(pk=r.json()["run"])
+    assert Run.objects.filter(task=task).count() == 32
+    assert code(r) == (409, "gate_closed") and r.json()["gate"] == "chain_exhausted", r.json()
+    assert "32 runs" in r.json()["detail"] and r.json()["lifted_by"] == "nobody: start over or close the task"
+
+
 # --- close and reopen ---------------------------------------------------------------------------
 
 

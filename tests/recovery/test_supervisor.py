@@ -127,6 +127,64 @@ def test_a_run_stopped_by_a_pause_is_continued_once_when_the_pause_lifts(org, ag
 
 
 @pytest.mark.django_db
+def test_deliberate_stops_are_not_interruptions_and_each_resume_continues_once(org, agent, api, operator):
+    """Pause, Stop, pause again, each cutting the same step: every stop is verified, none is an interruption,
+    nothing is exhausted, and each Resume continues the run once, as its card said (issue 20, item 2)."""
+    from django.test import Client
+
+    from recovery.followups import message_save
+    from tests.helpers import visible_text
+
+    page = Client()
+    page.force_login(operator)
+    task = e.start(org, SAFE3)
+
+    def cut_by(run, how):
+        run = e.claim(run)
+        e.advance(run, 1)
+        e.plan_step(run, 2)
+        e.dispatch_step(run, 2)  # the same step, dispatched when each stop comes
+        if how == "pause":
+            assert api.post(f"/api/tasks/{task.pk}/pause/").status_code == 200
+        else:
+            assert api.post(f"/api/runs/{run.pk}/stop/").status_code == 200
+        e.finish(run, "stopped")
+        run.refresh_from_db()
+        assert run.status == "stopped" and run.stop_receipt["by"] == "worker"
+        return run
+
+    first = cut_by(e.first_run(task), "pause")
+    words = visible_text(page.get(f"/tasks/{task.pk}/").content.decode())
+    assert "continues once when the pause lifts" in words
+    assert api.post(f"/api/tasks/{task.pk}/resume-task/").status_code == 200
+    # Resumed, before the supervisor's pass: the header says what is about to happen, not "Nothing is scheduled".
+    words = visible_text(page.get(f"/tasks/{task.pk}/").content.decode())
+    assert "Nothing is scheduled" not in words and f"Run #{first.pk} is taken up by the supervisor" in words
+    supervise_once()
+    (second,) = continuations(first)
+    second = cut_by(second, "stop")  # a person's Stop: continues when someone writes a follow-up
+    message_save(user=operator, task=Task.objects.get(pk=task.pk), body="go on")
+    supervise_once()
+    (third,) = continuations(second)
+    third = cut_by(third, "pause")  # paused again, cutting step 2 a third time
+    assert api.post(f"/api/tasks/{task.pk}/resume-task/").status_code == 200
+    supervise_once()
+    supervise_once()
+
+    # Kept: the third run is continued once, and nobody is asked about anything.
+    (fourth,) = continuations(third)
+    assert fourth.status == "queued" and not RecoveryAction.objects.filter(task=task).exists()
+    assert Run.objects.filter(task=task).count() == 4
+    detail = api.get(f"/api/tasks/{task.pk}/").json()
+    assert detail["state"] == "queued"
+    diagnosis = api.get(f"/api/runs/{third.pk}/").json()["diagnosis"]
+    assert diagnosis["disposition"] == "auto_resumable" and diagnosis["reasons"] == []
+    words = visible_text(page.get(f"/tasks/{task.pk}/").content.decode())
+    assert "interrupted twice" not in words and "Exhausted" not in words
+    assert words.count("Stop verified: the worker finished with its lease.") == 3
+
+
+@pytest.mark.django_db
 def test_a_run_stopped_by_its_budget_is_continued_once_the_budget_is_raised(org, agent):
     task = e.start(org, SAFE3, budget_limit=1)
     run = e.claim(e.first_run(task))
@@ -248,3 +306,47 @@ def test_a_started_retry_is_settled_by_its_claim_and_four_supervisors_change_not
     assert e.counts() == before
     for action in actions:
         assert Event.objects.filter(kind="action_resolved", payload__action=action.pk).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_supervisors_at_once_admit_one_run_per_task_for_its_follow_ups(org, agent, operator):
+    """Follow-ups on runs that succeeded, were stopped by a person, or were handed back by a run cut off before it
+    read them: four supervisors at once admit exactly one run for each task, carrying every follow-up once."""
+    from recovery.followups import message_save
+    from tasks.models import Message
+    from tasks.services import run_request_stop
+
+    tasks = []
+    for i in range(6):
+        task = e.start(org, SAFE3, title=f"t{i}")
+        run = e.claim(e.first_run(task))
+        e.do_step(run, 1)
+        if i % 2:
+            message_save(user=operator, task=Task.objects.get(pk=task.pk), body=f"while it works {i}")
+            e.advance(run, 3)
+            e.finish(run)  # it succeeded without the follow-up: it is continued for it
+        else:
+            run_request_stop(actor=operator, run=run)
+            e.finish(run, "stopped")
+            message_save(user=operator, task=Task.objects.get(pk=task.pk), body=f"after the stop {i}")
+        tasks.append(task)
+    start = threading.Barrier(4)
+
+    def supervisor(_):
+        start.wait()
+        try:
+            return supervise_once()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(supervisor, range(4)))
+
+    for task in tasks:
+        assert Run.objects.filter(task=task).count() == 2, f"task #{task.pk} was admitted more than once"
+        (message,) = Message.objects.filter(task=task)
+        cont = Run.objects.get(task=task, continues__isnull=False)
+        assert (message.status, message.run_id) == ("admitted", cont.pk)
+    before = e.counts()
+    supervise_once()
+    assert e.counts() == before

@@ -88,12 +88,17 @@ def test_a_completion_naming_a_file_outside_the_workspace_is_refused_and_saves_n
     assert not WorkspaceFile.objects.filter(task=task).exists()
 
 
-def test_a_symlink_is_never_followed_or_recorded(org, agent, tmp_path):
+def test_a_symlink_is_recorded_with_its_target_and_never_followed(org, agent, tmp_path):
     outside = tmp_path / "secret.txt"
     outside.write_text("secret")
     task = e.start(org, [("bash", {"command": f"ln -s {outside} link.txt && ln -s / rootlink && echo x > x.txt"})])
     finish_all(e.first_run(task))
-    assert set(rows(task)) == {"x.txt"}  # the links are not in the manifest, and nothing was read through them
+    manifest = rows(task)
+    assert set(manifest) == {"x.txt", "link.txt", "rootlink"}
+    # Recorded as links with their targets; nothing was read through them (no hash, no content kept).
+    assert (manifest["link.txt"].kind, manifest["link.txt"].link) == ("link", str(outside))
+    assert (manifest["rootlink"].kind, manifest["rootlink"].link) == ("link", "/")
+    assert manifest["link.txt"].sha256 == "" and not manifest["link.txt"].kept
 
 
 # --- validation, reconcile, the continuation --------------------------------------------------
@@ -152,7 +157,9 @@ def test_a_hand_edit_after_a_crash_is_listed_with_its_diff_reconcile_adopts_it_a
     assert task.status == "done"
 
 
-def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_in_a_clean_copy(org, agent, admin_api):
+def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_in_a_clean_copy(
+    org, agent, admin_api, admin_user
+):
     task = e.start(
         org,
         [
@@ -198,6 +205,14 @@ def test_a_file_changed_by_hand_and_by_the_plan_is_held_then_reissue_continues_i
     assert HeldCopy.objects.filter(task=task, reason="reissue", path=str(old_workspace)).exists()
     action.refresh_from_db()
     assert action.status == "resolved" and action.resolution == "reissued"
+    # Before the supervisor's next pass the task and its row say what is about to happen (issue 20, item 4).
+    page = Client()
+    page.force_login(admin_user)
+    header = visible_text(outer_html(page.get(f"/tasks/{task.pk}/").content.decode(), f"task-{task.pk}"))
+    row = visible_text(outer_html(page.get("/?state=all").content.decode(), f"task-{task.pk}"))
+    for words in (header, row):
+        assert "Nothing is scheduled" not in words, words
+        assert f"Run #{source.pk} is taken up by the supervisor on its next pass" in words, words
 
     supervise_once()
     continuation = Run.objects.get(continues=source, status="queued")
@@ -521,20 +536,26 @@ def test_a_repair_with_the_same_idempotency_key_happens_once(diverged, admin_api
     assert Repair.objects.count() == 1
 
 
-def test_symlinks_in_the_workspace_are_listed_held_and_never_followed(org, agent, admin_api, tmp_path):
+def test_a_symlink_a_person_added_is_listed_then_adopted_as_a_link_and_never_followed(org, agent, admin_api, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("not yours")
     task = e.start(org, PLAN)
-    crash_at(e.first_run(task), 2)
+    source = crash_at(e.first_run(task), 2)
     os.symlink(outside, Path(task.workspace) / "peek.txt")
     supervise_once()
     action = validation_action(task)
     f = action.evidence["files"][0]
     assert f["path"] == "peek.txt" and f["status"] == "added" and f["actual"]["kind"] == "link"
+    assert f["actual"]["link"] == str(outside)
     assert f["actual"]["sha256"] is None and f["diff"] is None  # never read through
     r = repair(admin_api, action, "reconcile")
-    assert r.json()["result"]["held"][0]["reason"] == "link"
-    assert "peek.txt" not in rows(task) and outside.read_text() == "not yours"
+    result = r.json()["result"]
+    assert result["held"] == [] and result["adopted"][0]["after"] == {"kind": "link", "link": str(outside)}
+    assert (rows(task)["peek.txt"].kind, rows(task)["peek.txt"].link) == ("link", str(outside))
+    assert outside.read_text() == "not yours"
+    # The link is recorded: the next validation finds nothing to hold, and the continuation is admitted.
+    report = supervise_once()
+    assert Run.objects.get(pk=report.continued[0]).continues_id == source.pk
 
 
 def test_the_workspace_api_lists_every_file_with_its_status(org, agent, api):

@@ -66,6 +66,42 @@ def test_a_runner_write_with_the_same_key_is_replayed_and_another_body_conflicts
     assert snapshot(rid) == before
 
 
+@pytest.mark.parametrize("tool", ["sleep", "file_write"])  # PostgreSQL's one-statement path, and the general one
+def test_a_repeated_complete_with_another_outcome_is_a_conflict_and_the_first_stands(api, agent, runner, tool):
+    """A step's outcome is recorded once. Repeating `complete` with the same outcome (a retry without its key)
+    returns it again; with another one it is 409 idempotency_conflict, saying what is saved, so the worker
+    learns that its second answer was not kept (it was 200 and silently kept the first)."""
+    args = {"seconds": 0} if tool == "sleep" else {"path": "a.md", "content": "x"}
+    create_task(api, steps=plan((tool, args)))
+    c = claim(runner)
+    rid, epoch = c["run"], c["lease_epoch"]
+    base = f"/api/runner/runs/{rid}/steps/"
+    assert runner.post(base, {"epoch": epoch, "seq": 1, "tool": tool, "args": args}, format="json").status_code == 201
+    assert runner.post(f"{base}1/dispatch/", {"epoch": epoch}, format="json").status_code == 200
+    path = f"{base}1/complete/"
+    first = {"epoch": epoch, "ok": True, "result": {"n": 1}}
+    assert keyed(runner, path, first, "complete-1").json()["phase"] == "completed"
+    assert keyed(runner, path, first, "complete-2").status_code == 200  # the same outcome again: the same answer
+    before = snapshot(rid)
+    for other in (
+        {**first, "result": {"n": 2}},
+        {**first, "ok": False, "result": None, "error": "it broke"},
+        {**first, "usage": 7},
+    ):
+        r = keyed(runner, path, other, f"complete-{other}")
+        assert r.status_code == 409, r.content
+        assert r.json()["code"] == "idempotency_conflict" and r.json()["phase"] == "completed"
+        assert "already" in r.json()["detail"]
+        r = runner.post(path, other, format="json")  # without a key, the same
+        assert r.status_code == 409 and r.json()["code"] == "idempotency_conflict"
+    assert snapshot(rid) == before
+    step = Step.objects.get(run_id=rid, seq=1)
+    assert (step.phase, step.result, step.usage) == ("completed", {"n": 1}, 1)
+    # The same key keeps its meaning: its own body replays, another body conflicts.
+    assert keyed(runner, path, first, "complete-1").headers["Idempotent-Replayed"] == "true"
+    assert keyed(runner, path, {**first, "result": {"n": 3}}, "complete-1").json()["code"] == "idempotency_conflict"
+
+
 def test_stop_with_the_same_key_is_replayed_and_asks_once(api, held):
     rid, _ = held
     first = keyed(api, f"/api/runs/{rid}/stop/", None, "stop-1")

@@ -14,7 +14,7 @@ import pytest
 from tasks.worker import client as client_mod
 from tasks.worker.faults import Fault, Faults, parse_faults
 from tasks.worker.loop import Outcome, execute_run, heartbeat_interval
-from tasks.worker.tools import OUTPUT_LIMIT, ToolContext, ToolError, run_tool
+from tasks.worker.tools import OUTPUT_LIMIT, ToolContext, ToolError, ToolInterrupted, run_tool
 
 
 @pytest.fixture
@@ -66,6 +66,93 @@ def test_file_read_directory_is_error(ws: Path) -> None:
     (ws / "d").mkdir()
     with pytest.raises(ToolError, match="not a regular file"):
         call(ws, "file_read", path="d")
+
+
+def _within(seconds: float, fn):
+    """Run `fn` in a daemon thread; what it returned or raised, or AssertionError if it is still blocked."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    return box
+
+
+def _unblock(fifo: Path) -> None:
+    """Open both ends of a FIFO once, so a thread an older worker left blocked in open() returns."""
+    for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+        try:
+            os.close(os.open(fifo, flags))
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("file_write", {"content": "x"}),
+        ("file_read", {}),
+        ("file_edit", {"old": "a", "new": "b"}),
+        ("todo_add", {"text": "x"}),
+    ],
+)
+def test_a_fifo_is_refused_at_once_never_waited_on(ws: Path, tool: str, args: dict) -> None:
+    path = ".console/todo.json" if tool == "todo_add" else "fifo"
+    (ws / path).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(ws / path)
+    try:
+        box = _within(3, lambda: call(ws, tool, path=path, **args) if tool != "todo_add" else call(ws, tool, **args))
+    finally:
+        _unblock(ws / path)
+    assert isinstance(box.get("error"), ToolError), box
+    assert "not a regular file" in str(box["error"])
+
+
+def test_a_fifo_with_a_reader_is_still_refused_and_gets_nothing(ws: Path) -> None:
+    os.mkfifo(ws / "fifo")
+    reader = os.open(ws / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        box = _within(3, lambda: call(ws, "file_write", path="fifo", content="data"))
+        assert "not a regular file (a FIFO)" in str(box.get("error")), box
+        assert os.read(reader, 10) == b""
+    finally:
+        os.close(reader)
+
+
+def test_file_read_keeps_one_mib_and_says_how_large_the_file_is(ws: Path) -> None:
+    (ws / "big.txt").write_bytes(b"z" * (3 * OUTPUT_LIMIT))
+    result = call(ws, "file_read", path="big.txt")
+    assert len(result["content"]) == OUTPUT_LIMIT and result["truncated"] is True
+    assert result["size"] == 3 * OUTPUT_LIMIT
+    assert result["note"] == f"{OUTPUT_LIMIT} of {3 * OUTPUT_LIMIT} bytes read; the rest of the file was not read"
+    assert call(ws, "file_write", path="small.txt", content="ok") and call(ws, "file_read", path="small.txt") == {
+        "content": "ok"
+    }
+
+
+def test_file_edit_refuses_a_file_larger_than_it_reads(ws: Path) -> None:
+    from tasks.worker.tools import EDIT_LIMIT
+
+    (ws / "huge.txt").write_bytes(b"a" * (EDIT_LIMIT + 1))
+    with pytest.raises(ToolError, match="file_edit reads files up to"):
+        call(ws, "file_edit", path="huge.txt", old="a", new="b")
+
+
+def test_list_files_keeps_its_limit_and_counts_the_rest(ws: Path) -> None:
+    from tasks.worker.tools import LIST_LIMIT
+
+    for i in range(LIST_LIMIT + 5):
+        (ws / f"f{i:06d}.txt").touch()
+    result = call(ws, "list_files")
+    assert len(result["files"]) == LIST_LIMIT and result["files"][0] == "f000000.txt"
+    assert result["count"] == LIST_LIMIT + 5 and result["truncated"] is True
 
 
 def test_file_edit_replaces_every_occurrence(ws: Path) -> None:
@@ -204,6 +291,31 @@ def test_bash_does_not_see_the_worker_token(ws: Path, monkeypatch: pytest.Monkey
     assert call(ws, "bash", command='echo "[$CONSOLE_WORKER_TOKEN]"')["stdout"] == "[]\n"
 
 
+def test_bash_keeps_one_mib_of_each_output_and_counts_the_rest(ws: Path) -> None:
+    """Output is read as it comes: 6 MiB of stdout keep 1 MiB in memory, the rest is counted and said."""
+    total = 6 * 1024 * 1024
+    result = call(ws, "bash", command=f"yes | head -c {total}; printf err >&2")
+    assert result["exit_code"] == 0 and result["truncated"] is True
+    assert len(result["stdout"]) == OUTPUT_LIMIT and result["stdout"].startswith("y\ny\n")
+    assert (result["stdout_bytes"], result["stderr_bytes"]) == (total, 3) and result["stderr"] == "err"
+    assert result["note"] == f"stdout: {OUTPUT_LIMIT} of {total} bytes kept, the rest counted and discarded"
+
+
+def test_a_cut_through_a_character_keeps_the_output_text(ws: Path) -> None:
+    # 'é' is two bytes: the limit falls in the middle of one, and the kept part ends before it.
+    result = call(ws, "bash", command=f"printf 'a%.0s' $(seq 1 {OUTPUT_LIMIT - 1}); yes é | head -c 100")
+    assert isinstance(result["stdout"], str) and len(result["stdout"].encode()) == OUTPUT_LIMIT - 1
+
+
+def test_after_a_stop_bash_is_cut_short_once_its_grace_is_over(ws: Path) -> None:
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    started = time.monotonic()
+    with pytest.raises(ToolInterrupted, match="asked to stop"):
+        run_tool("bash", {"command": "sleep 5"}, ToolContext(workspace=str(ws), cancel=cancel, stop_grace=0.5))
+    assert time.monotonic() - started < 3
+
+
 # --- fetch / http_post -------------------------------------------------------
 
 
@@ -253,6 +365,44 @@ def test_http_post(ws: Path, server: str) -> None:
     result = call(ws, "http_post", url=f"{server}/hook", json={"a": 1})
     assert result["status"] == 201
     assert json.loads(result["body"]) == {"got": {"a": 1}}
+
+
+class _Drip(BaseHTTPRequestHandler):
+    """Answers with a byte every 0.2 s for 8 s: each read is quick, the whole never is."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "40")
+        self.end_headers()
+        try:
+            for _ in range(40):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_stop_cuts_a_slow_fetch_short(ws: Path) -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        started = time.monotonic()
+        with pytest.raises(ToolInterrupted, match="asked to stop"):
+            run_tool(
+                "fetch",
+                {"url": f"http://127.0.0.1:{httpd.server_address[1]}/"},
+                ToolContext(workspace=str(ws), cancel=cancel, stop_grace=0.5),
+            )
+        assert time.monotonic() - started < 3
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_fetch_unreachable_and_bad_scheme(ws: Path) -> None:
@@ -360,6 +510,9 @@ class FakeClient:
         self.calls: list[tuple] = []
         self.refuse = refuse or {}
         self.stop_after = stop_after
+
+    def within(self, lease_left):
+        return self  # the real client retries while the lease is live; this one never fails in transport
 
     def _maybe_refuse(self, method: str, seq: int | None = None) -> None:
         exc = self.refuse.pop((method, seq), None)

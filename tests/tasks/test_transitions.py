@@ -73,7 +73,8 @@ def test_every_move_outside_the_table_is_refused_and_every_move_inside_it_is_mad
         model.objects.filter(pk=row.pk).update(**fields)
     elif name == "message" and source != "waiting":
         run = Run.objects.filter(task_id=row.task_id).first()
-        model.objects.filter(pk=row.pk).update(status=source, run=run)
+        read_at = row.created_at if source == "read" else None  # a read message has its acknowledgement's time
+        model.objects.filter(pk=row.pk).update(status=source, run=run, read_at=read_at)
     else:
         model.objects.filter(pk=row.pk).update(status=source)
     events = Event.objects.count()
@@ -81,8 +82,12 @@ def test_every_move_outside_the_table_is_refused_and_every_move_inside_it_is_mad
     extra = {}
     if name == "run" and target in ("running", "stopping"):
         extra = {"lease_owner": "w/x", "lease_epoch": 1, "lease_expires_at": row.created_at}
-    if name == "message" and target in ("admitted", "delivered"):
+    if name == "message" and target in ("admitted", "delivered", "read"):
         extra = {"run": Run.objects.filter(task_id=row.task_id).first()}
+        if target == "read":
+            extra["read_at"] = row.created_at
+    if name == "message" and target in ("waiting", "not_delivered") and source == "delivered":
+        extra = {"run": None}
     with transaction.atomic():
         if allowed:
             moved = machine.move(

@@ -270,18 +270,104 @@ def test_a_follow_up_after_a_cancelled_unknown_outcome_says_what_it_waits_for_an
     action = e.parked(org, [e.SAFE, e.POST], 2)
     action_cancel(action_id=action.pk, user=operator, version=action.version)
     message_save(user=operator, task=Task.objects.get(pk=action.task_id), body="also send the summary")
+    # Before the supervisor's pass the follow-up says what ends its wait: the decision it opens.
+    before = (
+        "step 2 has an unknown outcome that nobody has decided. The supervisor opens its decision on its next pass."
+    )
+    assert before in read(operator, action.task_id).task
+    # A follow-up written after the cancel asks for the task to go on: the supervisor opens the decision it waits
+    # on, so the task is in the inbox (never a follow-up waiting on nothing, hidden from triage).
     supervise_once()
     message = Message.objects.get(task_id=action.task_id)
     assert message.status == "waiting" and Run.objects.filter(task_id=action.task_id).count() == 1
-    waits = "step 2 has an unknown outcome that nobody has decided. An operator opens its decision with Continue now"
-    assert waits in message.waiting_reason
+    opened = RecoveryAction.objects.get(task_id=action.task_id, status="open")
+    assert (opened.kind, opened.seq) == ("unknown_outcome", 2)
+    assert message.waiting_reason == f"Waiting on recovery action #{opened.pk}: it needs a decision first."
     s = read(operator, action.task_id)
-    assert waits in s.task and "Continue now" in s.card(f"task-{action.task_id}")
+    assert f"Waiting on recovery action #{opened.pk}" in s.task and "Needs decision" in s.inbox
+    # Cancelled again, after the follow-up was written: the person chose; the supervisor does not reopen it, and
+    # the follow-up names the controls that move it on.
+    action_cancel(action_id=opened.pk, user=operator, version=opened.version)
+    supervise_once()
+    assert not RecoveryAction.objects.filter(task_id=action.task_id, status="open").exists()
+    waits = "step 2 has an unknown outcome that nobody has decided. An operator opens its decision with Continue now"
+    assert waits in read(operator, action.task_id).task
     # Continue now opens that decision; the follow-up then names the action it waits on.
-    opened = task_continue(user=operator, task_id=action.task_id).action
+    again = task_continue(user=operator, task_id=action.task_id).action
     supervise_once()
     message.refresh_from_db()
     assert message.status == "waiting" and message.waiting_reason == (
-        f"Waiting on recovery action #{opened}: it needs a decision first."
+        f"Waiting on recovery action #{again}: it needs a decision first."
     )
-    assert f"Waiting on recovery action #{opened}" in read(operator, action.task_id).task
+    assert f"Waiting on recovery action #{again}" in read(operator, action.task_id).task
+
+
+# --- a person's statement stays a statement along the chain (issue 20, item 1) ------------------------
+
+
+def _step_row(run_page_html: str, seq: int) -> str:
+    """The words of one step's row on a run page (its `data-seq`)."""
+    import re
+
+    from tests.helpers import visible_text
+
+    found = re.search(rf'<li class="step[^"]*" data-seq="{seq}">(.*?)</li>', run_page_html, re.S)
+    assert found, f"no row for step {seq}"
+    return visible_text(found.group(1))
+
+
+def test_a_batch_item_declared_performed_is_never_a_saved_result_on_any_later_run_of_the_chain(org, agent, operator):
+    from django.test import Client
+
+    from tests.recovery.test_batch_continuations import WRITE, cut_batch, do_item
+
+    # Item 2 of the batch is cut off after its dispatch; a person says it happened.
+    first = cut_batch(e.first_run(e.start(org, [WRITE])), 1)
+    supervise_once()
+    action = RecoveryAction.objects.get(run=first)
+    decide(action, operator, "performed", note="b is on disk")
+    # The decided run resumes the batch; item 3 fails, so the batch (and the run) fails.
+    decided = e.claim(Run.objects.get(continues=first))
+    e.plan_step(decided, 1)
+    e.dispatch_step(decided, 1)
+    do_item(decided, 3, phase="failed")
+    e.complete_step(decided, 1, ok=False, error="1 of 3 items failed; item 3: boom")
+    e.finish(decided, status="failed")
+    # Continue now runs the failed batch again; that run is cut off before item 3 is dispatched, and the
+    # supervisor continues it by itself.
+    later = task_continue(user=operator, task_id=action.task_id).run
+    later = e.claim(later)
+    e.plan_step(later, 1)
+    e.dispatch_step(later, 1)
+    do_item(later, 3, phase="planned")
+    e.lapse()
+    supervise_once()
+    last = Run.objects.get(continues=later)
+
+    client = Client()
+    client.force_login(operator)
+    for run in (decided, later, last):
+        page = client.get(f"/agents/builder/runs/{run.pk}/").content.decode()
+        item = _step_row(page, 100_002)
+        assert "marked performed by olive" in item and "b is on disk" in item and "no saved result" in item, item
+        assert "saved result of run" not in item, f"run #{run.pk} calls a person's statement a saved result: {item}"
+        assert "took" not in item, f"run #{run.pk} gives the statement a duration: {item}"
+        # Nobody asked for a retry: Continue now is named as what it was.
+        assert "retry requested" not in visible_text_of(page), f"run #{run.pk} claims a retry request"
+    assert "run again (asked for with Continue now)" in _step_row(
+        client.get(f"/agents/builder/runs/{later.pk}/").content.decode(), 1
+    )
+    # The API says the same: a declaration, not a saved result, on every later run.
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {user_token(operator)}")
+    for run in (later, last):
+        steps = {s["seq"]: s for s in api.get(f"/api/runs/{run.pk}/").json()["steps"]}
+        assert (
+            steps[100_002]["carried"] == "declared_performed" and steps[100_002]["declared"]["note"] == "b is on disk"
+        )
+
+
+def visible_text_of(html: str) -> str:
+    from tests.helpers import visible_text
+
+    return visible_text(html)

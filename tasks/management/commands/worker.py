@@ -3,6 +3,9 @@
 Talks to the console only through the runner API at `CONSOLE_URL`, with the
 worker token `CONSOLE_WORKER_TOKEN`; it never touches the database.
 
+A person's Stop is seen in the next heartbeat; the tool running then may go on for the drain time less
+its margin, then it is cut short (its step records no outcome) and the run finishes `stopped`.
+
 SIGTERM / SIGINT: stop claiming and drain: each slot's current step may finish
 within CONSOLE_WORKER_DRAIN_SECONDS (default 10); shortly before that a long
 tool still running (`sleep`, `bash`) is abandoned, recording no outcome, and at
@@ -28,6 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tasks.worker.client import RunnerClient, RunnerError
 from tasks.worker.faults import Faults
 from tasks.worker.loop import default_label, run_forever
+from tasks.worker.tools import stop_grace_for
 
 log = logging.getLogger("tasks.worker")
 
@@ -85,6 +89,7 @@ class Command(BaseCommand):
                     faults=faults,
                     shutdown=shutdown,
                     abandon=abandon,
+                    stop_grace=stop_grace_for(settings.CONSOLE_WORKER_DRAIN_SECONDS),
                 )
             except RunnerError as exc:
                 raise CommandError(f"The worker could not claim runs: {exc}") from exc

@@ -6,8 +6,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('recovery', '0008_action_task_status'),
-        ('tasks', '0013_agent_runs'),
+        ('recovery', '0010_export_claims'),
+        ('tasks', '0016_agent_runs'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0012_export_roots'),
+        ('tasks', '0015_message_read'),
     ]
 
     operations = [
