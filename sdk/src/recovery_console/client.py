@@ -25,7 +25,8 @@ from recovery_console.errors import ConsoleUnavailable, LeaseLost, Refused
 
 log = logging.getLogger("recovery_console")
 
-RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a restarting console
+RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a restarting console; its database out of reach
+MAX_RETRY_AFTER = 30.0  # a Retry-After is honoured up to this (a proxy's "come back in an hour" is not)
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # the console refuses a larger step result with 413
 MODES = ("replay", "notify", "forget")
 
@@ -280,23 +281,37 @@ class Console:
         while True:
             attempt += 1
             sent = time.monotonic()
+            retry_after = None
             try:
                 response = self._http.post(path, json=body, headers={"Idempotency-Key": key})
             except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                problem = f"the console is unreachable ({type(exc).__name__}: {exc})"
             else:
                 if response.status_code not in RETRY_STATUSES:
                     return Reply(self._decode(response), sent)
-                problem = f"HTTP {response.status_code}"
+                code = self._code(response)
+                problem = f"the console answered {response.status_code}" + (f" {code}" if code else "")
+                retry_after = response.headers.get("Retry-After")
             if give_up():
                 raise ConsoleUnavailable(f"POST {path}: {problem} (after {attempt} attempt(s))")
             pause = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+            if retry_after and retry_after.strip().isdigit():
+                # The console says when it expects to answer again (a database outage is 503 with Retry-After).
+                pause = max(pause, min(float(retry_after), MAX_RETRY_AFTER))
             log.warning("POST %s: %s; retrying with the same Idempotency-Key in %.2f s", path, problem, pause)
             end = time.monotonic() + pause
             while time.monotonic() < end:
                 if give_up():
                     raise ConsoleUnavailable(f"POST {path}: {problem} (after {attempt} attempt(s))")
                 time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    @staticmethod
+    def _code(response: httpx.Response) -> str:
+        try:
+            body = response.json()
+        except ValueError:
+            return ""
+        return str(body.get("code") or "") if isinstance(body, dict) else ""
 
     @staticmethod
     def _decode(response: httpx.Response) -> Any:

@@ -743,7 +743,9 @@ class Run:
     def _write(self, send: Callable[[Callable[[], bool]], Any], *, during: str | None = None) -> Any:
         """A write for this run, retried (same key) while its lease is live; a lapse or 409 is `LeaseLost`."""
         try:
-            return send(lambda: not self.lease_live)
+            # Retried while the lease is live (a web restart, a short database outage); a shutdown whose drain
+            # time ran out stops retrying at once.
+            return send(lambda: not self.lease_live or self.abandon.is_set())
         except Refused as exc:
             exc.during = during
             raise

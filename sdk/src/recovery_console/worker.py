@@ -4,6 +4,9 @@ It runs scripted plans (`kinds: ["plan"]`, any agent of the organization) with t
 SDK, against `CONSOLE_URL` with the worker token `CONSOLE_WORKER_TOKEN`; it never touches a database.
 `manage.py worker` runs this module (the console's own code never imports the SDK).
 
+A person's Stop is seen in the next heartbeat; the tool running then may go on for the drain time less its
+margin, then it is cut short (its step records no outcome) and the run finishes `stopped`.
+
 SIGTERM / SIGINT: stop claiming and drain — each slot's current step may finish within
 CONSOLE_WORKER_DRAIN_SECONDS (default 10); shortly before that a long tool still running (`sleep`, `bash`)
 is abandoned, recording no outcome, and at the drain time the process exits whatever is left. Unfinished runs
@@ -24,8 +27,9 @@ import httpx
 
 from recovery_console.client import Console
 from recovery_console.errors import ConsoleUnavailable, Refused
-from recovery_console.reference.agent import plan_agent
+from recovery_console.reference.agent import PlanAgent
 from recovery_console.reference.faults import Faults
+from recovery_console.reference.tools import stop_grace_for
 from recovery_console.serve import serve
 
 log = logging.getLogger("recovery_console")
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = serve(
                 console,
                 None,
-                plan_agent,
+                PlanAgent(stop_grace=stop_grace_for(drain)),
                 kinds=["plan"],
                 concurrency=options.concurrency,
                 label=options.label,

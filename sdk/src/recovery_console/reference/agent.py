@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from recovery_console.errors import CONTROL, LeaseLost, Refused, RunFailed, StepFailed
 from recovery_console.reference.batches import Batch, item_args, item_seq, parse_batch
-from recovery_console.reference.tools import ToolContext, ToolError, ToolInterrupted, changed_files, run_tool
+from recovery_console.reference.tools import (
+    ToolContext,
+    ToolError,
+    ToolInterrupted,
+    changed_files,
+    run_tool,
+    stop_grace_for,
+)
 from recovery_console.run import Run, _error_text, _short
 
 log = logging.getLogger("recovery_console.reference")
@@ -30,6 +38,8 @@ log = logging.getLogger("recovery_console.reference")
 NESTED_BASE = 100_000  # nested step numbers: parent seq * NESTED_BASE + position (plans hold ≤ 10,000 steps)
 # The console refused a step for a reason of the plan itself: the run cannot go on.
 REFUSED_STATUSES = frozenset({400, 404, 409, 413})
+TOOL_WATCH_SECONDS = 0.1  # how often a running tool's stop and drain are looked at
+TOOL_UNWIND_SECONDS = 1.0  # how long a tool told to give up has to end by itself before it is left behind
 WORDS = {"plan": "planned", "dispatch": "dispatched", "complete": "completed"}
 
 
@@ -45,9 +55,21 @@ def plan_steps(plan: Any) -> list[dict]:
     return steps
 
 
-def plan_agent(run: Run) -> None:
-    """The agent function of the reference worker: runs the run's plan; returns nothing (a plan has no output)."""
-    Plan(run).execute()
+class PlanAgent:
+    """The agent function of the reference worker: runs the run's plan; returns nothing (a plan has no output).
+
+    After a Stop a tool may go on for `stop_grace` seconds (the worker's drain time less its margin), then it
+    is cut short and its step records no outcome, so a Stop ends a run within the drain time.
+    """
+
+    def __init__(self, *, stop_grace: float | None = None) -> None:
+        self.stop_grace = stop_grace if stop_grace is not None else stop_grace_for(10.0)
+
+    def __call__(self, run: Run) -> None:
+        Plan(run, stop_grace=self.stop_grace).execute()
+
+
+plan_agent = PlanAgent()
 
 
 class _ItemFailed(Exception):
@@ -57,14 +79,13 @@ class _ItemFailed(Exception):
 
 
 class Plan:
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, *, stop_grace: float) -> None:
         self.run = run
+        self.stop_grace = stop_grace
 
     def execute(self) -> None:
         run = self.run
-        # Follow-ups from people: read (and so acknowledged) and logged; a scripted plan has no use for them.
-        for message in run.messages:
-            log.info("run %s: follow-up message from %s: %s", run.id, message.author, _short(message.body))
+        self._acknowledge()
         if not run.workspace:
             raise RunFailed("no_workspace", "The claim named no workspace directory.")
         if not os.path.isabs(run.workspace) or not os.path.isdir(run.workspace):
@@ -79,6 +100,18 @@ class Plan:
                 log.info("run %s step %d %s: dropped by its recovery mode", run.id, seq, step["tool"])
                 continue
             self.step(seq, step["tool"], dict(step.get("args") or {}))
+
+    def _acknowledge(self) -> None:
+        """Follow-ups from people: a scripted plan has no use for them, an LLM agent would. The worker has them
+        either way, so it reads them at once (reading acknowledges them: only then does the console call them
+        read), before its first step."""
+        if self.run.claim.get("messages"):
+            self.run._hook("before_ack", 1)
+        messages = self.run.messages
+        for message in messages:
+            log.info("run %s: follow-up message from %s: %s", self.run.id, message.author, _short(message.body))
+        if messages:
+            log.info("run %s: follow-up(s) %s acknowledged", self.run.id, [m.id for m in messages])
 
     # --- one step ---------------------------------------------------------------------------------------
 
@@ -112,12 +145,43 @@ class Plan:
                 return self._foreach(seq, args, nested=parent_seq is not None)
             if tool == "task_create":
                 return self._task_create(args)
-            return run_tool(tool, args, self._context())
+            return self._watched(tool, args)
 
         return call
 
     def _context(self) -> ToolContext:
-        return ToolContext(workspace=self.run.workspace or "", cancel=self.run.cancel, abandon=self.run.abandon)
+        return ToolContext(
+            workspace=self.run.workspace or "",
+            cancel=self.run.cancel,
+            abandon=self.run.abandon,
+            stop_grace=self.stop_grace,
+        )
+
+    def _watched(self, tool: str, args: dict) -> Any:
+        """Run a tool in a thread of its own that this one watches, so that even a tool stuck in a call it
+        cannot interrupt gives up on time: after a Stop's grace or at the drain deadline it is left behind (a
+        daemon thread) and its step records no outcome."""
+        ctx = self._context()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["result"] = run_tool(tool, args, ctx)
+            except BaseException as exc:  # handed to the watching thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name=f"tool-{tool}-run-{self.run.id}", daemon=True).start()
+        while not done.wait(TOOL_WATCH_SECONDS):
+            why = ctx.give_up()
+            if why is not None and not done.wait(TOOL_UNWIND_SECONDS):
+                log.warning("run %s: tool %s did not end by itself; left behind (%s)", self.run.id, tool, why)
+                raise ToolInterrupted(f"{tool} cut short: {why}")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
 
     # --- groups -----------------------------------------------------------------------------------------
 
@@ -205,7 +269,7 @@ class Plan:
                 if batch.tool == "task_create":
                     results.append(self._task_create(args))
                 else:
-                    results.append(run_tool(batch.tool, args, self._context()))
+                    results.append(self._watched(batch.tool, args))
             except ToolInterrupted:
                 raise
             except CONTROL:

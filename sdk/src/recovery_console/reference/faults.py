@@ -27,6 +27,8 @@ KINDS: dict[str, str] = {
     "crash_after_dispatch": "after_dispatch",
     "crash_before_complete": "before_complete",
     "hang_after_dispatch": "after_dispatch",
+    # Right after the claim, before its follow-ups are acknowledged (its seq is 1: before the first step).
+    "crash_before_ack": "before_ack",
 }
 POINTS = frozenset(KINDS.values())
 

@@ -16,6 +16,16 @@ after the check makes the open fail instead of escaping.
 its working directory, and a shell can reach anything the worker's OS user can.
 Confinement of `bash` is the job of the OS (a dedicated user, a container), not
 of this module. It does get an environment without the worker's credentials.
+
+Bounds: every call is bounded in time and in what it holds in memory. Files
+are opened with `O_NONBLOCK` and used only when `fstat` says they are regular
+files (a FIFO, a socket or a device is refused at once, never waited on); a
+read keeps at most OUTPUT_LIMIT bytes and says how many more there were;
+`bash` keeps at most OUTPUT_LIMIT bytes of each of its outputs and counts the
+rest; `fetch` and `http_post` end after HTTP_TIMEOUT in all. After a Stop a
+tool may go on for `ToolContext.stop_grace` seconds (the worker's drain time
+less the margin it needs to finish), then it is cut short and records no
+outcome, so a Stop ends a run within the drain time whatever the tool does.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import errno
 import json
 import math
 import os
+import selectors
 import signal
 import stat
 import subprocess
@@ -40,8 +51,13 @@ from recovery_console.errors import ToolError as StepError
 
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600.0
-OUTPUT_LIMIT = 1024 * 1024  # bytes kept of a command's stdout/stderr and of an HTTP body
-HTTP_TIMEOUT = 30.0
+OUTPUT_LIMIT = 1024 * 1024  # bytes kept of a command's stdout/stderr, of a file read and of an HTTP body
+EDIT_LIMIT = 16 * 1024 * 1024  # the largest file `file_edit` reads whole
+STATE_LIMIT = 16 * 1024 * 1024  # the largest todo or memory file
+LIST_LIMIT = 10_000  # paths `list_files` returns; the rest are counted
+LIST_WALK_LIMIT = 200_000  # entries `list_files` looks at in all
+READ_CHUNK = 1024 * 1024
+HTTP_TIMEOUT = 30.0  # for one whole request: connecting, sending and reading the body
 SLEEP_MAX = 3600.0
 STATE_DIR = ".console"
 TODO_FILE = f"{STATE_DIR}/todo.json"
@@ -66,11 +82,34 @@ WATCH_SECONDS = 0.1
 @dataclass
 class ToolContext:
     workspace: str
-    # Set when the run must stop; long waits (`sleep`) end early when it is.
+    # Set when the run must stop; long waits (`sleep`) end early when it is, and
+    # any other tool is cut short `stop_grace` seconds later.
     cancel: threading.Event = field(default_factory=threading.Event)
     # Set when the worker is shutting down and its drain time is up: every long
     # tool (`sleep`, `bash`) gives up at once, and its step records no outcome.
     abandon: threading.Event = field(default_factory=threading.Event)
+    # How long a tool may go on after a stop was asked for (the drain time less its margin).
+    stop_grace: float = 8.0
+    _cancel_seen: float | None = field(default=None, init=False, repr=False)
+
+    def give_up(self) -> str | None:
+        """Why a long tool must give up now (its step records no outcome), or None to go on."""
+        if self.abandon.is_set():
+            return "the worker is shutting down"
+        if self.cancel.is_set():
+            now = time.monotonic()
+            if self._cancel_seen is None:
+                self._cancel_seen = now
+            if now - self._cancel_seen >= self.stop_grace:
+                return f"the run was asked to stop {self.stop_grace:g} s ago"
+        return None
+
+
+def stop_grace_for(drain_seconds: float) -> float:
+    """The time a tool may go on after a Stop: the drain time, less what the worker needs to finish the run
+    (the same margin the drain deadline keeps)."""
+    drain = float(drain_seconds)
+    return max(0.0, drain - min(2.0, drain / 3))
 
 
 # --- paths -------------------------------------------------------------------
@@ -147,35 +186,70 @@ def _open_dir_chain(root: str, dirs: list[str], *, create: bool) -> int:
 
 
 def _open_file(root: str, real: str, flags: int, *, create_dirs: bool = False) -> int:
+    """Open a regular file without following links and without blocking: O_NONBLOCK makes opening a FIFO
+    return at once (or fail), and anything but a regular file is refused before it is used."""
     parts = _parts(root, real)
+    rel = os.path.relpath(real, root)
     if not parts:
         raise ToolError("path is the workspace itself, not a file")
     try:
         dir_fd = _open_dir_chain(root, parts[:-1], create=create_dirs)
         try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             # The resolved path had no symlink, so one appeared after the check.
-            raise ToolError(f"path escapes the workspace: {os.path.relpath(real, root)!r}") from exc
-        raise ToolError(f"{os.path.relpath(real, root)}: {exc.strerror}") from exc
-
-
-def _read_bytes(root: str, real: str) -> bytes:
-    # O_NONBLOCK: opening a FIFO must not hang; it is refused just below.
-    fd = _open_file(root, real, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"path escapes the workspace: {rel!r}") from exc
+        if exc.errno == errno.ENXIO:
+            raise ToolError(f"{rel}: not a regular file (a FIFO or socket nobody reads)") from exc
+        raise ToolError(f"{rel}: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{rel}: not a regular file ({_kind_of(st.st_mode)})")
+        os.set_blocking(fd, True)
+    except BaseException:
         os.close(fd)
-        raise ToolError(f"{os.path.relpath(real, root)}: not a regular file")
+        raise
+    return fd
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _read_bytes(root: str, real: str, limit: int | None = None) -> tuple[bytes, int]:
+    """At most `limit` bytes of the regular file at `real` (all of it when None), and its size."""
+    fd = _open_file(root, real, os.O_RDONLY)
     with os.fdopen(fd, "rb") as fh:
-        return fh.read()
+        size = os.fstat(fd).st_size
+        data = fh.read() if limit is None else fh.read(limit)
+    return data, max(size, len(data))
+
+
+def _read_whole(root: str, real: str, limit: int, what: str) -> bytes:
+    """The whole file, refused when it is larger than `limit` (nothing is read past it)."""
+    data, size = _read_bytes(root, real, limit + 1)
+    if len(data) > limit:
+        raise ToolError(f"{os.path.relpath(real, root)}: {size} bytes; {what} reads files up to {limit} bytes")
+    return data
 
 
 def _write_bytes(root: str, real: str, data: bytes) -> int:
-    fd = _open_file(root, real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
+    # No O_TRUNC: a FIFO or device is refused by fstat before anything is written or truncated.
+    fd = _open_file(root, real, os.O_WRONLY | os.O_CREAT, create_dirs=True)
     with os.fdopen(fd, "wb") as fh:
+        os.ftruncate(fd, 0)
         fh.write(data)
     return len(data)
 
@@ -211,30 +285,59 @@ def _number_arg(args: Mapping[str, Any], name: str, default: float | None = None
 
 
 def file_read(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
+    """The file's content, at most OUTPUT_LIMIT bytes of it; a longer file says how long it is."""
     root, real = resolve(ctx.workspace, _str_arg(args, "path"))
-    return {"content": text_or_bytes(_read_bytes(root, real))}
+    data, size = _read_bytes(root, real, OUTPUT_LIMIT + 1)
+    content, kept = _kept(data, OUTPUT_LIMIT)
+    result: dict[str, Any] = {"content": content}
+    if size > kept:
+        result.update(
+            {
+                "truncated": True,
+                "size": size,
+                "note": f"{kept} of {size} bytes read; the rest of the file was not read",
+            }
+        )
+    return result
 
 
 def list_files(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     """Files under `path` (default: the whole workspace), as sorted workspace-relative paths.
 
     Symlinked directories are never descended into; a symlinked file is listed
-    only when it resolves inside the workspace.
+    only when it resolves inside the workspace. At most LIST_LIMIT paths are
+    returned (the rest are counted) and at most LIST_WALK_LIMIT entries looked at.
     """
     root, real = resolve(ctx.workspace, _str_arg(args, "path", required=False) or ".", allow_root=True)
     if not os.path.isdir(real):
         raise ToolError(f"{os.path.relpath(real, root)}: not a directory")
     files: list[str] = []
+    count = seen = 0
+    stopped = False
     # followlinks=False: a symlinked directory shows up in `dirnames` but is not entered.
-    for dirpath, _dirnames, filenames in os.walk(real, followlinks=False):
-        for name in filenames:
+    for dirpath, dirnames, filenames in os.walk(real, followlinks=False):
+        dirnames.sort()
+        seen += len(dirnames) + len(filenames)
+        for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             if os.path.islink(full):
                 target = os.path.realpath(full)
                 if not (_is_within(root, target) and os.path.isfile(target)):
                     continue
-            files.append(os.path.relpath(full, root))
-    return {"files": sorted(files)}
+            count += 1
+            if len(files) < LIST_LIMIT:
+                files.append(os.path.relpath(full, root))
+        if seen >= LIST_WALK_LIMIT or ctx.give_up():
+            stopped = True
+            break
+    result: dict[str, Any] = {"files": sorted(files)}
+    if count > len(files) or stopped:
+        result["truncated"] = True
+        result["count"] = count
+        result["note"] = f"{len(files)} of {'at least ' if stopped else ''}{count} files listed" + (
+            f"; the listing stopped after {seen} entries" if stopped else ""
+        )
+    return result
 
 
 def file_write(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
@@ -255,7 +358,7 @@ def file_edit(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     if not old:
         raise ToolError("argument 'old' must not be empty")
     try:
-        text = _read_bytes(root, real).decode("utf-8")
+        text = _read_whole(root, real, EDIT_LIMIT, "file_edit").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolError(f"{os.path.relpath(real, root)}: not a UTF-8 text file") from exc
     count = text.count(old)
@@ -279,17 +382,46 @@ def text_or_bytes(data: bytes, encoding: str = "utf-8") -> str | bytes:
         return data
 
 
-def _truncate(data: bytes) -> tuple[str | bytes, bool]:
-    truncated = len(data) > OUTPUT_LIMIT
-    return text_or_bytes(data[:OUTPUT_LIMIT]), truncated
+def _kept(data: bytes, limit: int) -> tuple[str | bytes, int]:
+    """The first `limit` bytes of `data` as text (or bytes), and how many were kept.
+
+    A cut through a UTF-8 character ends at the last whole one, so text cut short still reads as text.
+    """
+    cut = bytes(data[:limit])
+    if len(data) > limit:
+        try:
+            cut.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.reason == "unexpected end of data" and exc.start >= len(cut) - 3:
+                cut = cut[: exc.start]
+    return text_or_bytes(cut), len(cut)
 
 
 def _bash_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
 
 
+class _Output:
+    """One of a command's outputs: the first OUTPUT_LIMIT bytes kept, every byte counted."""
+
+    def __init__(self) -> None:
+        self.kept = bytearray()
+        self.total = 0
+
+    def take(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = OUTPUT_LIMIT + 4 - len(self.kept)  # a few more, to end a cut at a whole character
+        if room > 0:
+            self.kept.extend(chunk[:room])
+
+
 def bash(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
-    """Run `command` with bash in the workspace. A non-zero exit is a result; a timeout is an error."""
+    """Run `command` with bash in the workspace. A non-zero exit is a result; a timeout is an error.
+
+    Each of stdout and stderr is read as it comes: the first OUTPUT_LIMIT bytes are kept, the rest is
+    counted and discarded (`stdout_bytes`, `stderr_bytes`, `truncated`, `note`), so no output holds the
+    worker's memory. A Stop lets the command go on for `ctx.stop_grace` seconds, then kills it.
+    """
     command = args.get("command")
     if not isinstance(command, str | bytes):
         raise ToolError("argument 'command' must be a string")
@@ -312,30 +444,56 @@ def bash(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
         start_new_session=True,
     )
     started = time.monotonic()
+    outputs = {proc.stdout: _Output(), proc.stderr: _Output()}
     try:
-        while True:
-            # communicate() may be retried after a timeout without losing output.
-            left = timeout - (time.monotonic() - started)
-            try:
-                out, err = proc.communicate(timeout=max(0.0, min(left, WATCH_SECONDS)))
-                break
-            except subprocess.TimeoutExpired:
-                if ctx.abandon.is_set():
-                    raise ToolInterrupted(
-                        f"bash command abandoned after {time.monotonic() - started:.1f} s: the worker is shutting down"
-                    ) from None
-                if time.monotonic() - started >= timeout:
-                    raise ToolError(f"bash command timed out after {timeout:g} s") from None
+        with selectors.DefaultSelector() as sel:
+            for pipe in outputs:
+                os.set_blocking(pipe.fileno(), False)
+                sel.register(pipe, selectors.EVENT_READ)
+            while sel.get_map():
+                for key, _ in sel.select(WATCH_SECONDS):
+                    try:
+                        chunk = os.read(key.fd, READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        outputs[key.fileobj].take(chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+                _watch(ctx, started, timeout)
+        while proc.poll() is None:
+            _watch(ctx, started, timeout)
+            time.sleep(min(WATCH_SECONDS, 0.01))
     except BaseException:
         _kill_group(proc)
-        proc.communicate()
+        proc.wait()
         raise
-    stdout, out_cut = _truncate(out)
-    stderr, err_cut = _truncate(err)
+    finally:
+        for pipe in outputs:
+            pipe.close()
+    out, err = outputs[proc.stdout], outputs[proc.stderr]
+    stdout, out_kept = _kept(out.kept, OUTPUT_LIMIT)
+    stderr, err_kept = _kept(err.kept, OUTPUT_LIMIT)
     result: dict[str, Any] = {"exit_code": proc.returncode, "stdout": stdout, "stderr": stderr}
-    if out_cut or err_cut:
+    if out.total > out_kept or err.total > err_kept:
         result["truncated"] = True
+        result["stdout_bytes"], result["stderr_bytes"] = out.total, err.total
+        said = [
+            f"{name}: {kept} of {total} bytes kept, the rest counted and discarded"
+            for name, kept, total in (("stdout", out_kept, out.total), ("stderr", err_kept, err.total))
+            if total > kept
+        ]
+        result["note"] = "; ".join(said)
     return result
+
+
+def _watch(ctx: ToolContext, started: float, timeout: float) -> None:
+    """Raise when a running command must end: the worker's drain, a Stop's grace, or its own timeout."""
+    why = ctx.give_up()
+    if why is not None:
+        raise ToolInterrupted(f"bash command cut short after {time.monotonic() - started:.1f} s: {why}")
+    if time.monotonic() - started >= timeout:
+        raise ToolError(f"bash command timed out after {timeout:g} s")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -352,42 +510,77 @@ def _http_url(args: Mapping[str, Any]) -> str:
     return url
 
 
-def _read_response(request: Callable[[httpx.Client], Any]) -> dict:
-    """Send a request and keep at most OUTPUT_LIMIT bytes of the body."""
-    try:
-        with httpx.Client(timeout=HTTP_TIMEOUT, follow_redirects=True) as client:
-            with request(client) as response:
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body.extend(chunk)
-                    if len(body) > OUTPUT_LIMIT:
-                        break
-                encoding = response.encoding or "utf-8"
-                status = response.status_code
-    except httpx.HTTPError as exc:
+def _read_response(ctx: ToolContext, request: Callable[[httpx.Client], Any]) -> dict:
+    """Send a request and keep at most OUTPUT_LIMIT bytes of the body, within HTTP_TIMEOUT in all.
+
+    The request runs in a thread of its own that this one watches: a server that sends a byte at a time, or
+    a Stop, ends it on time whatever the socket does (the thread is told to stop and closes the connection).
+    """
+    done = threading.Event()
+    halt = threading.Event()
+    box: dict[str, Any] = {}
+
+    def send() -> None:
+        try:
+            with httpx.Client(timeout=HTTP_TIMEOUT, follow_redirects=True) as client:
+                with request(client) as response:
+                    body = bytearray()
+                    for chunk in response.iter_bytes():
+                        body.extend(chunk)
+                        if len(body) > OUTPUT_LIMIT or halt.is_set():
+                            break
+                    box["body"] = bytes(body)
+                    box["encoding"] = response.encoding or "utf-8"
+                    box["status"] = response.status_code
+                    box["length"] = response.headers.get("content-length")
+        except Exception as exc:  # reported to the watching thread, which raises it as the tool's error
+            box["error"] = exc
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=send, name="http-tool", daemon=True).start()
+    while not done.wait(WATCH_SECONDS):
+        why = ctx.give_up()
+        if why is not None:
+            halt.set()
+            raise ToolInterrupted(f"request cut short after {time.monotonic() - started:.1f} s: {why}")
+        if time.monotonic() - started >= HTTP_TIMEOUT:
+            halt.set()
+            raise ToolError(f"request failed: no complete answer within {HTTP_TIMEOUT:g} s")
+    if "error" in box:
+        exc = box["error"]
         raise ToolError(f"request failed: {type(exc).__name__}: {exc}") from exc
-    truncated = len(body) > OUTPUT_LIMIT
-    result: dict[str, Any] = {"status": status, "body": text_or_bytes(bytes(body[:OUTPUT_LIMIT]), encoding)}
-    if truncated:
+    body = box["body"]
+    kept = min(len(body), OUTPUT_LIMIT)
+    result: dict[str, Any] = {"status": box["status"], "body": text_or_bytes(body[:kept], box["encoding"])}
+    if len(body) > kept:
         result["truncated"] = True
+        length = box.get("length")
+        result["note"] = (
+            f"{kept} bytes of the body kept"
+            + (f" of {length}" if isinstance(length, str) and length.isdigit() else "")
+            + "; the rest was not read"
+        )
     return result
 
 
 def fetch(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     url = _http_url(args)
-    return _read_response(lambda client: client.stream("GET", url))
+    return _read_response(ctx, lambda client: client.stream("GET", url))
 
 
 def http_post(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     url = _http_url(args)
     payload = args.get("json")
-    return _read_response(lambda client: client.stream("POST", url, json=payload))
+    return _read_response(ctx, lambda client: client.stream("POST", url, json=payload))
 
 
 def sleep(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     seconds = min(_number_arg(args, "seconds"), SLEEP_MAX)
     started = time.monotonic()
     while (left := seconds - (time.monotonic() - started)) > 0:
+        # A sleep has nothing to finish: a Stop ends it at once.
         if ctx.cancel.wait(min(left, WATCH_SECONDS)) or ctx.abandon.is_set():
             raise ToolInterrupted(f"sleep interrupted after {time.monotonic() - started:.1f} of {seconds:g} s")
     return {}
@@ -401,7 +594,7 @@ def _load_state(ctx: ToolContext, rel: str, default: dict) -> tuple[str, str, di
     if not os.path.lexists(real):
         return root, real, default
     try:
-        data = json.loads(_read_bytes(root, real))
+        data = json.loads(_read_whole(root, real, STATE_LIMIT, rel))
     except ValueError as exc:
         raise ToolError(f"{rel} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
