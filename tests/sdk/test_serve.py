@@ -79,3 +79,37 @@ def test_a_second_sigterm_exits_at_once(daphne_server, org, coder, token, tmp_pa
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert time.monotonic() - sent < 1.5, out
     assert Step.objects.get(run=run, seq=6).phase == "dispatched"
+
+
+def test_tools_declared_with_the_decorator_are_registered_and_called_with_their_arguments(
+    daphne_server, org, coder, console, serving, admin_user, make_token_client
+):
+    from recovery_console import tool
+    from tests.factories import user_token
+
+    @tool(mode="notify")
+    def note_append(path: str, line: str) -> dict:
+        """Append a line to a file of the workspace"""
+        return {"appended": line, "to": path}
+
+    @tool(name="lookup", mode="replay", description="Look a word up")
+    def look_up(word: str) -> dict:
+        return {"word": word, "found": True}
+
+    _task, run = agent_task(org)
+
+    def agent(r):
+        return [r.tool(note_append, {"path": "a.md", "line": "x"}), r.tool(look_up, {"word": "recovery"})]
+
+    serving(console, "coder", agent, tools=[note_append, look_up]).join()
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert run.output == [{"appended": "x", "to": "a.md"}, {"word": "recovery", "found": True}]
+    assert list(Step.objects.filter(run=run).order_by("seq").values_list("tool", "recovery_mode")) == [
+        ("note_append", "notify"),
+        ("lookup", "replay"),
+    ]
+    settings = make_token_client(user_token(admin_user)).get("/api/agents/coder/settings/").json()
+    described = {t["tool"]: t.get("description") for t in settings["tools"]}
+    assert described["note_append"] == "Append a line to a file of the workspace"
+    assert described["lookup"] == "Look a word up"

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -142,7 +143,7 @@ class Console:
     def register_tools(self, agent: str, tools: Iterable[Tool]) -> dict:
         """Replace `agent`'s tool catalogue; returns `{"agent", "tools": [{"name", "default_mode", "mode", …}]}`."""
         body = {"tools": [as_tool(t).as_json() for t in tools]}
-        return self.post(f"/api/runner/agents/{agent}/tools/", body).body or {}
+        return self.post(f"/api/runner/agents/{quote(agent, safe='')}/tools/", body).body or {}
 
     def claim(
         self,
