@@ -411,7 +411,8 @@ def run_usage(run: Run, steps: list[Step], *, task_runs: dict[int, Run] | None =
     carried = [s.reused_from_id for s in steps if s.reused_from_id is not None]
     chain = [pk for pk, _ in chain_runs(run, task_runs)][:-1]
     if task_runs is not None:
-        originals = {s.pk: s.usage for r in task_runs.values() for s in r.step_list if s.pk in set(carried)}
+        wanted = set(carried)
+        originals = {s.pk: s.usage for r in task_runs.values() for s in r.step_list if s.pk in wanted}
         reused = sum(originals.get(pk, 0) for pk in carried)
         earlier = {
             (s.parent_seq, s.seq)
