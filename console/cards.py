@@ -9,9 +9,10 @@ from django.template.loader import render_to_string
 
 from console.fresh import start_over_context
 from recovery import followups, presenter
+from recovery.fresh import duplicate_risk
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
 from recovery.presenters import action_view_of
-from recovery.selectors import diagnose, step_modes_now, task_detail
+from recovery.selectors import diagnose, run_usage, step_modes_now, task_detail
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
 from tasks.models import LIVE_RUN_STATUSES, WORKSPACE_VALIDATION_FAILED, Agent, Run, Step, Task
@@ -34,7 +35,13 @@ def action_context(
         if workspace and "repair_task" in view.controls
         else []
     )
+    diverged = action.kind == ActionKind.DIVERGED
     return {
+        "is_diverged": diverged,
+        "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
+        "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
+        # Start over from the card: the duplicate risk it must name (one query, only where it is offered).
+        "start_over_risk": duplicate_risk(action.task_id) if "start_over" in view.controls else None,
         "is_workspace": workspace,
         "return_owner": presenter.owner(action.return_owner),
         "agents": agents,
@@ -140,14 +147,22 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     )
     rows = []
     modes_now = step_modes_now(run, steps)  # a step planned before a settings change keeps its mode
+    notices = {
+        (n.get("parent_seq"), n.get("seq")): n for n in (run.carry or {}).get("notices", []) if isinstance(n, dict)
+    }
     for s in steps:
-        row = presenter.step_row(
-            s,
-            run=run,
-            verdict=verdicts.get((s.parent_seq, s.seq)),
-            disposition=disposition,
-            reused_run_id=getattr(s, "reused_run_id", None),
-            continued_in=continuation,
+        notice = notices.get((s.parent_seq, s.seq)) if s.reused_from_id else None
+        row = (
+            presenter.notice_row(notice)
+            if notice is not None
+            else presenter.step_row(
+                s,
+                run=run,
+                verdict=verdicts.get((s.parent_seq, s.seq)),
+                disposition=disposition,
+                reused_run_id=getattr(s, "reused_run_id", None),
+                continued_in=continuation,
+            )
         )
         rows.append(
             {
@@ -171,8 +186,13 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     profile = getattr(run.agent, "profile", None)
     auto_resume = profile.auto_resume if profile is not None else True
     carried_messages = [m for m in getattr(run, "carried_messages", [])]
+    agent = run.kind == "agent"
     return {
         "run": run,
+        "agent_run": agent,
+        "prompt": presenter.prompt_line(run) if agent else None,
+        "output_heading": presenter.output_heading(run) if run.output is not None else "",
+        "usage": presenter.usage_line(run_usage(run, steps, task_runs=task_runs)),
         "status_text": presenter.RUN_STATUSES.get(run.status, run.status),
         "lines": presenter.run_lines(run, auto_resume=auto_resume, disposition=disposition),
         "rows": rows,

@@ -61,6 +61,7 @@ api = [
     ),
     path("runner/runs/<int:run_id>/finish/", tasks_api.FinishView.as_view(), name="runner-finish"),
     path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
+    path("runner/agents/<str:name>/tools/", tasks_api.AgentToolsView.as_view(), name="runner-agent-tools"),
     path("runner/runs/<int:run_id>/messages/ack/", tasks_api.MessagesAckView.as_view(), name="runner-messages-ack"),
     path("bulk/", bulk_api.BulkListView.as_view(), name="api-bulk"),
     path("bulk/<int:op_id>/", bulk_api.BulkDetailView.as_view(), name="api-bulk-detail"),

@@ -546,7 +546,9 @@ def settings_agent(request, agent: str):
         return HttpResponseNotAllowed(["GET", "POST"])
     form = agent_settings.SettingsForm.parse(request.POST)
     try:
-        saved = profile_update(actor=request.user, profile=target.profile, **form.service_args())
+        saved = profile_update(
+            actor=request.user, profile=target.profile, **form.service_args(target.profile.tool_catalogue)
+        )
     except ServiceError as exc:
         return _agent_section(request, membership, target, form=form, error=exc, status=exc.status_code)
     text = (

@@ -31,12 +31,13 @@ from tasks.authz import require_role
 from tasks.batches import NESTED_BASE
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
 from tasks.events import event_append
-from tasks.models import Role, Run, refused_at_admission
+from tasks.models import Role, Run, RunKind, UnknownOutcome, refused_at_admission
 from tasks.selectors import visible_tasks
 from tasks.services import actor_label, run_cancel_queued
 from tasks.transitions import Event
 
-DECISIONS = ("performed", "not_performed", "unresolved")
+DECISIONS = ("performed", "not_performed", "unresolved", "agent_verifies")
+AGENT_VERIFIES = "agent_verifies"
 MAX_NOTE = 5_000
 
 
@@ -270,6 +271,7 @@ def _admit(
     accepted=False,
     attempt_decision="",
     note="",
+    notices=None,
     **fields,
 ) -> RecoveryAttempt:
     """Create the attempt and its continuation; the action moves to `retrying` with one event.
@@ -287,6 +289,7 @@ def _admit(
         performed=performed,
         rerun=rerun,
         rerun_why="decided" if attempt_decision else "retry",
+        notices=notices,
     )
     if workspaces.refused(run):
         return workspaces.refusal_of(run)
@@ -406,7 +409,10 @@ def action_decide(
     """Record a person's decision on an operation of unknown outcome.
 
     performed: the person's statement is carried for the step (no saved result
-    exists) and a continuation that does not run it again is admitted;
+    exists) and a continuation that does not run it again is admitted (an agent run's agent gets it as a
+    notice, with the note); agent_verifies (agent runs only, else `invalid`): a continuation is admitted in
+    which the agent gets a notice for every step of unknown outcome of the run — nothing runs it again by
+    itself; the agent checks and may ask for it again as a new step;
     not_performed: the step reruns in a continuation, refused unless the
     duplicate risk is accepted; unresolved: recorded (who, when, note) and the
     action stays open for a decision later. A continuation refused by workspace
@@ -433,6 +439,12 @@ def _action_decide(*, action_id: int, user, version, outcome: str, note: str, ac
         raise NotEligible("Only an unknown-outcome action takes a decision.")
     if outcome not in DECISIONS:
         raise Invalid(f"`outcome` must be one of {', '.join(DECISIONS)}.", field="outcome")
+    if outcome == AGENT_VERIFIES and action.run.kind != RunKind.AGENT:
+        raise Invalid(
+            "Only an agent run's agent can verify a step itself; a scripted plan takes performed, not performed or "
+            "unresolved.",
+            field="outcome",
+        )
     if action.status != ActionStatus.OPEN:
         raise NotEligible(f"Action #{action.pk} is {action.status}; only an open action takes a decision.")
     note = _note(note)
@@ -456,7 +468,10 @@ def _action_decide(*, action_id: int, user, version, outcome: str, note: str, ac
     _gate_or_raise(action)
     decided = {"decision": outcome, "decided_by": actor_label(user), "decided_at": now, "decision_note": note}
     common = {"kind": "action_decided", "payload": {"outcome": outcome, "note": note}, "note": note}
-    if outcome == "performed":
+    if outcome == AGENT_VERIFIES:
+        handed = _handed(action, decided_by=actor_label(user), at=now, note=note)
+        done = _admit(action, user=user, notices=handed, attempt_decision=outcome, **common, **decided)
+    elif outcome == "performed":
         declared = {"performed": True, "decided_by": actor_label(user), "note": note, "at": now.isoformat()}
         done = _admit(
             action, user=user, performed={action.seq: declared}, attempt_decision=outcome, **common, **decided
@@ -466,6 +481,70 @@ def _action_decide(*, action_id: int, user, version, outcome: str, note: str, ac
             action, user=user, rerun={action.seq}, accepted=True, attempt_decision=outcome, **common, **decided
         )
     return done if isinstance(done, workspaces.WorkspaceHeld) else action
+
+
+def _handed(action: RecoveryAction, *, decided_by: str | None, at, note: str) -> dict[int, dict]:
+    """Every step of unknown outcome of the action's run, handed to the agent to verify (seq → its notice)."""
+    diagnosis = diagnose(action.run)
+    seqs = {v.seq for v in diagnosis.steps if v.verdict == c.UNKNOWN_OUTCOME} | {action.seq}
+    said = {"decision": AGENT_VERIFIES, "decided_by": decided_by, "decided_at": at.isoformat(), "note": note}
+    return {seq: dict(said) for seq in sorted(s for s in seqs if s is not None)}
+
+
+def action_hand_to_agent(*, action_id: int) -> RecoveryAction | None:
+    """The agent's `tell_agent` setting: its unknown outcome goes to the agent to verify, with no person.
+
+    For an open unknown-outcome action of an agent run whose agent has that setting and nobody decided yet:
+    a continuation is admitted as with a person's `agent_verifies` decision (`decided_by` empty), one
+    attempt, one `action_decided` event by the supervisor. Returns None (nothing done) when the action is no
+    longer such, a gate holds it (the next supervisor pass tries again), or the workspace holds it.
+    """
+    try:
+        with transaction.atomic():
+            action = (
+                RecoveryAction.objects.select_for_update(of=("self",))
+                .select_related("task__agent", "run__agent__profile", "original_owner")
+                .filter(pk=action_id, kind=ActionKind.UNKNOWN_OUTCOME, status=ActionStatus.OPEN, decision="")
+                .first()
+            )
+            if action is None or not hands_to_agent(action.run):
+                return None
+            if current_gate(action) is not None:
+                return None
+            now = timezone.now()
+            fields = {"decision": AGENT_VERIFIES, "decided_by": "", "decided_at": now, "decision_note": ""}
+            done = _admit(
+                action,
+                user="supervisor",
+                notices=_handed(action, decided_by=None, at=now, note=""),
+                attempt_decision=AGENT_VERIFIES,
+                kind="action_decided",
+                payload={"outcome": AGENT_VERIFIES, "note": "", "by_setting": "tell_agent"},
+                **fields,
+            )
+            if isinstance(done, workspaces.WorkspaceHeld):
+                return None
+            return action
+    except (NotEligible, GateClosed, StaleVersion, IntegrityError):
+        return None
+
+
+def hands_to_agent(run: Run) -> bool:
+    """An agent run whose agent's setting hands every unknown outcome to the agent (`tell_agent`)."""
+    profile = getattr(run.agent, "profile", None)
+    return run.kind == RunKind.AGENT and profile is not None and profile.unknown_outcome == UnknownOutcome.TELL_AGENT
+
+
+def handovers_run() -> list[int]:
+    """Hand over every open, undecided unknown outcome whose agent's setting says `tell_agent` (one pass)."""
+    pending = RecoveryAction.objects.filter(
+        kind=ActionKind.UNKNOWN_OUTCOME,
+        status=ActionStatus.OPEN,
+        decision="",
+        run__kind=RunKind.AGENT,
+        run__agent__profile__unknown_outcome=UnknownOutcome.TELL_AGENT,
+    ).values_list("pk", flat=True)[:200]
+    return [pk for pk in pending if action_hand_to_agent(action_id=pk) is not None]
 
 
 @transaction.atomic

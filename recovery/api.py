@@ -5,14 +5,15 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from recovery import actions, controls, followups, fresh, presenter, repairs, schemas, selectors, workspaces
-from recovery.modes import current_modes, mode_for
+from recovery.modes import current_modes
 from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services, throttles
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
 from tasks.errors import Forbidden, Invalid, NotFound
-from tasks.models import Agent, RecoveryMode, Role
+from tasks.models import Agent, RecoveryMode, Role, UnknownOutcome
+from tasks.modes import default_mode
 from tasks.selectors import memberships_of, visible_runs, visible_tasks
 from tasks.workspace import wire
 
@@ -461,13 +462,19 @@ class TaskStartOverView(OperatorView):
         return idempotent(request, handle)
 
 
-SETTING_KINDS = ("tool_mode", "auto_resume")
+SETTING_KINDS = ("tool_mode", "auto_resume", "unknown_outcome")
 
 
 class AgentToolModeOut(serializers.Serializer):
     tool = serializers.CharField()
-    default = serializers.ChoiceField(choices=RecoveryMode.choices)
+    default = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="registered, else built in")
     mode = serializers.ChoiceField(choices=RecoveryMode.choices)
+    description = serializers.CharField(
+        required=False, allow_blank=True, help_text="as the agent's worker registered it (registered agents only)"
+    )
+    registered = serializers.BooleanField(
+        required=False, help_text="in the catalogue the agent's worker registered (registered agents only)"
+    )
 
 
 # `from` is a Python keyword, so this one is built from a dict of its fields.
@@ -479,8 +486,8 @@ AgentSettingChangeOut = type(
         "at": serializers.DateTimeField(),
         "setting": serializers.ChoiceField(choices=SETTING_KINDS),
         "tool": serializers.CharField(required=False, help_text="absent for the auto-resume switch"),
-        "from": serializers.JSONField(help_text="a recovery mode, or a boolean for auto-resume"),
-        "to": serializers.JSONField(help_text="a recovery mode, or a boolean for auto-resume"),
+        "from": serializers.JSONField(help_text="a recovery mode, a boolean for auto-resume, ask_person|tell_agent"),
+        "to": serializers.JSONField(help_text="a recovery mode, a boolean for auto-resume, ask_person|tell_agent"),
         "reason": serializers.CharField(allow_blank=True),
     },
 )
@@ -489,6 +496,11 @@ AgentSettingChangeOut = type(
 class AgentSettingsOut(serializers.Serializer):
     agent = serializers.CharField()
     auto_resume = serializers.BooleanField()
+    unknown_outcome = serializers.ChoiceField(
+        choices=UnknownOutcome.choices, help_text="who settles an unknown outcome of its agent runs"
+    )
+    registered = serializers.BooleanField(help_text="its worker registered a tool catalogue")
+    registered_at = serializers.DateTimeField(allow_null=True)
     tools = AgentToolModeOut(many=True)
     history = AgentSettingChangeOut(many=True, help_text="newest first")
 
@@ -513,12 +525,30 @@ class AgentSettingsView(OperatorView):
         require_role(request.user, org_id, Role.ADMIN, what=f"No agent {name!r}.")
         agent = agents[org_id]
         history = selectors.profile_history(org_id, [agent.name], limit=10_000).get(agent.name, [])
+        profile = agent.profile
+        catalogue = profile.tool_catalogue
         data = {
             "agent": agent.name,
-            "auto_resume": agent.profile.auto_resume,
+            "auto_resume": profile.auto_resume,
+            "unknown_outcome": profile.unknown_outcome,
+            "registered": catalogue is not None,
+            "registered_at": profile.tools_registered_at,
             "tools": [
-                {"tool": tool, "default": mode_for(tool), "mode": mode}
-                for tool, mode in current_modes(agent.profile.tool_modes).items()
+                {
+                    "tool": tool,
+                    "default": default_mode(tool, catalogue),
+                    "mode": mode,
+                    # Only an agent whose worker registered its tools has descriptions to give.
+                    **(
+                        {
+                            "description": str((catalogue.get(tool) or {}).get("description") or ""),
+                            "registered": tool in catalogue,
+                        }
+                        if catalogue is not None
+                        else {}
+                    ),
+                }
+                for tool, mode in current_modes(profile.tool_modes, catalogue=catalogue).items()
             ],
             "history": [entry.as_api() for entry in history],
         }

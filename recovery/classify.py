@@ -30,7 +30,8 @@ CHAIN_MAX_RUNS = 32
 # a fresh start (start over) or cancelling.
 UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
 # Causes of an action no attempt can get past: what remains is Start over, a cancel, or closing the task.
-NOT_RECOVERABLE = ("corrupt_checkpoint", *UNAVAILABLE)
+# `diverged`: an agent took another path on replay; continuing would replay into the same fork.
+NOT_RECOVERABLE = ("corrupt_checkpoint", "diverged", *UNAVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class RunFacts:
     # tools the worker knows and the organization's agents (None: not checked).
     known_tools: frozenset | None = None
     agents: frozenset | None = None
+    # `plan` (a scripted plan, numbered by it) or `agent` (an AI agent numbers its steps as it goes).
+    kind: str = "plan"
+    # Top-level steps the chain planned that this run may plan again (not carried in): not a gap.
+    pending: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,23 +173,30 @@ def _planned_tool(planned) -> str:
 
 
 def _contradictions(facts: RunFacts) -> list[Reason]:
-    """Checkpoint-level contradictions: gaps, order, and disagreement with the plan."""
+    """Checkpoint-level contradictions: gaps, order, and disagreement with the plan.
+
+    An agent run has no plan to disagree with, and its calls may finish out of order (one model turn's calls
+    run together; a replayed turn runs after later calls it carried): only its numbering is checked.
+    """
     reasons = []
+    agent = facts.kind == "agent"
     plan_steps = facts.plan.get("steps") if isinstance(facts.plan, dict) else None
-    if not isinstance(plan_steps, list):
+    if agent:
+        plan_steps = None
+    elif not isinstance(plan_steps, list):
         return [Reason("unreadable_plan", "The run's saved plan cannot be read.")]
     top = [s for s in facts.steps if s.parent_seq is None]
     seqs = sorted(s.seq for s in top)
     if len(set(seqs)) != len(seqs):
         reasons.append(Reason("duplicate_seq", "Two checkpoints claim the same step number."))
-    dropped = set(facts.dropped) - set(seqs)
+    dropped = (set(facts.dropped) | set(facts.pending)) - set(seqs)
     accounted = sorted(set(seqs) | {d for d in dropped if d <= (max(seqs) if seqs else 0)})
     expected = list(range(1, len(accounted) + 1))
     if accounted != expected:
         missing = sorted(set(range(1, (max(seqs) if seqs else 0) + 1)) - set(seqs) - dropped)
         first = missing[0] if missing else None
         reasons.append(Reason("seq_gap", f"Checkpoints skip step {first}; steps must be recorded in order.", first))
-    for s in top:
+    for s in top if plan_steps is not None else ():
         if s.seq > len(plan_steps):
             reasons.append(
                 Reason("step_not_in_plan", f"Step {s.seq} is beyond the plan's {len(plan_steps)} steps.", s.seq)
@@ -202,7 +214,7 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
     # One sweep from the last step down, keeping the earliest completion seen
     # among later steps: n log n instead of comparing every pair.
     earliest_later: tuple | None = None  # (completed_at, seq)
-    for s in sorted(top, key=lambda s: s.seq, reverse=True):
+    for s in sorted(top, key=lambda s: s.seq, reverse=True) if not agent else ():
         if s.dispatched_at is not None and earliest_later is not None and earliest_later[0] < s.dispatched_at:
             reasons.append(
                 Reason(
@@ -220,7 +232,7 @@ def _contradictions(facts: RunFacts) -> list[Reason]:
             reasons.append(
                 Reason("orphan_step", f"Step {s.seq} names a parent step {s.parent_seq} that is missing.", s.seq)
             )
-    return reasons + _item_contradictions(facts, plan_steps)
+    return reasons + (_item_contradictions(facts, plan_steps) if plan_steps is not None else [])
 
 
 def _batch(args):
@@ -414,6 +426,12 @@ def _unavailable(facts: RunFacts, verdicts) -> list[Reason]:
         seen.add(("agent", str(name)))
         reasons.append(Reason("agent_missing", f"{where} agent {name}, which no longer exists.", seq))
 
+    if facts.kind == "agent":
+        # No plan says what comes next: the calls that run again are those cut off or never dispatched.
+        for v in verdicts:
+            if v.verdict in (REPLAY, NOT_DISPATCHED):
+                tool_needed(v.tool, v.seq, f"Step {v.seq}")
+        return reasons
     top = {v.seq: v for v in verdicts if v.parent_seq is None}
     for seq, planned in enumerate(facts.plan.get("steps") or [], start=1):
         v = top.get(seq)
@@ -508,7 +526,8 @@ def classify(facts: RunFacts) -> Diagnosis:
                     v.seq,
                 )
             )
-        elif v.verdict == REUSE and v.reason == "failed":
+        elif v.verdict == REUSE and v.reason == "failed" and facts.kind != "agent":
+            # (An agent run's failed call is a result the agent already received: it is carried as it is.)
             reasons.append(
                 Reason("step_failed", f"Step {v.seq} ({v.tool}) failed: {step.error or 'no detail'}.", v.seq)
             )

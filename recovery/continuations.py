@@ -13,13 +13,13 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.presenter import run_status_phrase
+from recovery.presenter import notice_text, run_status_phrase
 from recovery.selectors import diagnose, run_facts
 from tasks.batches import FOREACH, NESTED_BASE
 from tasks.errors import NotEligible
 from tasks.events import event_append
 from tasks.holds import Hold
-from tasks.models import Message, MessageStatus, Run, Step
+from tasks.models import Message, MessageStatus, Run, RunKind, Step
 from tasks.services import run_enqueue
 from tasks.transitions import MESSAGES
 
@@ -115,6 +115,7 @@ def continuation_create(
     rerun: set[int] | frozenset[int] = frozenset(),
     rerun_why: str = "retry",
     allow_final: bool = False,
+    notices: dict[int, dict] | None = None,
 ) -> Run:
     """Queue the continuation of `source`.
 
@@ -133,6 +134,14 @@ def continuation_create(
     code), a run superseded by a fresh start, or an unknown outcome nobody
     decided; refused (GateClosed `workspace_hold`) while a workspace action is live.
 
+    An agent run's continuation carries every saved step of the chain, saved failures included (the agent
+    already received them); a step it gets a notice for instead of a result — decided `performed` (the note,
+    no saved result), handed to the agent to verify (`notices`: seq → {"decision": "agent_verifies",
+    "decided_by", "decided_at", "note"}), or dropped by its mode — is carried as a step without a result and
+    listed in the run's `carry["notices"]`, and notices the chain gave earlier stay. Steps of the chain it
+    does not carry (cut off in replay mode, never dispatched, decided not performed) are the agent's to plan
+    again (`carry["rerun"]`).
+
     Before it is admitted the workspace is validated (recovery.workspaces): when
     the disk differs from the manifest, the returned run is the refused one —
     already `failed` with `workspace_validation_failed`, never started, with a
@@ -141,8 +150,27 @@ def continuation_create(
     the disk at its files taken as its effect.
     """
     performed = performed or {}
+    # The disk at a performed step's files is taken as its effect, whichever way the agent hears of it.
+    # (An agent told to verify a call checks the disk itself: what is there now is what it starts from.)
+    notices = dict(notices or {})
+    declared_effects = {**performed, **notices}
     rerun = set(rerun)
     source = Run.objects.select_related("task", "agent").get(pk=source.pk)
+    agent = source.kind == RunKind.AGENT
+    now = timezone.now()
+    if agent:
+        # A person's "performed" reaches an agent as a notice with their note, never as a saved result.
+        for seq, said in performed.items():
+            notices.setdefault(
+                seq,
+                {
+                    "decision": "performed",
+                    "decided_by": said.get("decided_by"),
+                    "decided_at": said.get("at"),
+                    "note": said.get("note", ""),
+                },
+            )
+        performed = {}
     # A run that ended by itself (failed, or succeeded while a follow-up waited) is continued on a person's
     # request only: Continue now, a follow-up.
     continuable = ("interrupted", "stopped", "failed", "succeeded") if allow_final else ("interrupted", "stopped")
@@ -195,10 +223,23 @@ def continuation_create(
     why: dict[int, str] = {}
     # What an earlier continuation dropped stays dropped: it is never run later in the chain.
     dropped = [d for d in (source.carry or {}).get("dropped", []) if d.get("seq") not in verdicts]
+    # An agent run's notices: those the chain already gave (kept with their step) and new ones.
+    told = {n.get("seq"): n for n in (source.carry or {}).get("notices", []) if isinstance(n, dict)}
+    noticed: list[tuple[Step, dict]] = []
+    failed_copies = []
     for seq, verdict in sorted(verdicts.items()):
         step = by_seq[seq]
-        if verdict.verdict == c.REUSE and step.phase == "completed":
+        if agent and seq in told and step.reused_from_id:
+            noticed.append((step, told[seq]))
+        elif verdict.verdict == c.REUSE and step.phase == "completed":
             carried.append((step, step.result))
+        elif agent and verdict.verdict == c.REUSE:
+            failed_copies.append(step)  # a failure the agent already received: carried as it is
+        elif agent and verdict.verdict == c.UNKNOWN_OUTCOME and seq in notices:
+            noticed.append((step, notices[seq]))
+        elif agent and verdict.verdict == c.DROP:
+            noticed.append((step, {"decision": "dropped", "decided_by": None, "decided_at": now.isoformat(),
+                                   "note": verdict.detail}))  # fmt: skip
         elif verdict.verdict == c.UNKNOWN_OUTCOME:
             if seq in performed:
                 carried.append((step, performed[seq]))
@@ -232,6 +273,13 @@ def continuation_create(
                 else "not_started"
             )
 
+    if agent:
+        # Steps the chain planned that its last run did not hold yet: still the agent's to plan again.
+        for r in (source.carry or {}).get("rerun", []):
+            if isinstance(r, dict) and r.get("seq") not in by_seq and r.get("seq") not in reran:
+                reran.append(r["seq"])
+                why[r["seq"]] = r.get("why") or "not_started"
+        reran.sort()
     declared = {
         str(seq): {k: v for k, v in outcome.items() if k in ("decided_by", "note", "at")}
         for seq, outcome in performed.items()
@@ -241,7 +289,7 @@ def continuation_create(
     # not redone. A batch item also keeps a saved failure (it stays failed),
     # takes a person's "performed" decision as its result, and is dropped by
     # its mode like a top-level step.
-    carried_seqs = {s.seq for s, _ in carried}
+    carried_seqs = {s.seq for s, _ in carried} | {s.seq for s, _ in noticed} | {s.seq for s in failed_copies}
     resuming = set(reran) | {s.parent_seq for s in steps if s.parent_seq is not None and s.parent_seq not in by_seq}
     nested = []
     for s in steps:
@@ -253,7 +301,7 @@ def continuation_create(
         retried = s.parent_seq in by_seq and by_seq[s.parent_seq].phase == "failed"
         if s.phase == "completed":
             nested.append((s, s.result, "completed"))
-        elif item and s.phase == "failed" and not retried:
+        elif (item or agent) and s.phase == "failed" and not retried:
             nested.append((s, s.result, "failed"))
         elif item and s.seq in performed:
             nested.append((s, performed[s.seq], "completed"))
@@ -273,7 +321,23 @@ def continuation_create(
         "rerun": [{"seq": seq, "why": why.get(seq, rerun_why)} for seq in reran],
         "declared": declared,
     }
-    found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, performed))
+    if agent:
+        carry["notices"] = [
+            {
+                "seq": step.seq,
+                "parent_seq": step.parent_seq,
+                "tool": step.tool,
+                "args": step.args,
+                "decision": said.get("decision"),
+                "decided_by": said.get("decided_by") or None,
+                "decided_at": said.get("decided_at"),
+                "note": said.get("note") or "",
+            }
+            for step, said in sorted(noticed, key=lambda n: n[0].seq)
+        ]
+        for notice in carry["notices"]:
+            notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.presenter)
+    found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, declared_effects))
     if found is not None:
         return workspaces.refuse_continuation(source=source, actor=actor, reason=reason, carry=carry, found=found)
     run = run_enqueue(
@@ -284,26 +348,13 @@ def continuation_create(
         carry=carry,
         payload={"reason": reason},
     )
-    workspaces.record_declared(source=source, steps=by_seq, performed=performed)
-    now = timezone.now()
-    copies = []
-    for step, result in carried:
-        copies.append(
-            Step(
-                run=run,
-                seq=step.seq,
-                tool=step.tool,
-                args=step.args,
-                recovery_mode=step.recovery_mode,
-                phase="completed",
-                result=result,
-                usage=0,
-                reused_from=step.reused_from or step,
-                planned_at=step.planned_at,
-                dispatched_at=step.dispatched_at or now,
-                completed_at=step.completed_at or now,
-            )
-        )
+    workspaces.record_declared(source=source, steps=by_seq, performed=declared_effects)
+    copies = [_copy(step, run, now, phase="completed", result=result) for step, result in carried]
+    for step in failed_copies:
+        copies.append(_copy(step, run, now, phase="failed", result=step.result, error=step.error))
+    for step, _ in noticed:
+        # The notice stands in for a result: the copy holds no result and is never run again.
+        copies.append(_copy(step, run, now, phase="completed", result=None))
     Step.objects.bulk_create(copies)
     if nested:
         parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
@@ -358,6 +409,26 @@ def continuation_create(
             "rerun": reran,
             "dropped": [d["seq"] for d in dropped],
             "performed": sorted(performed),
+            **({"notices": [{"seq": s.seq, "decision": n.get("decision")} for s, n in noticed]} if agent else {}),
         },
     )
     return run
+
+
+def _copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> Step:
+    """A top-level step carried into `run`: it points at the step that ran, and costs nothing again."""
+    return Step(
+        run=run,
+        seq=step.seq,
+        tool=step.tool,
+        args=step.args,
+        recovery_mode=step.recovery_mode,
+        phase=phase,
+        result=result,
+        error=error,
+        usage=0,
+        reused_from=step.reused_from or step,
+        planned_at=step.planned_at,
+        dispatched_at=step.dispatched_at or now,
+        completed_at=step.completed_at or now,
+    )

@@ -12,6 +12,8 @@ class ActionKind(models.TextChoices):
     UNKNOWN_OUTCOME = "unknown_outcome"
     WORKSPACE_VALIDATION = "workspace_validation"
     WORKSPACE_EXPORT = "workspace_export"
+    # An agent asked, on replay, for another call than the one saved at that step: nothing ran.
+    DIVERGED = "diverged"
 
 
 class ActionStatus(models.TextChoices):

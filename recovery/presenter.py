@@ -116,6 +116,8 @@ CAUSES = {
     "agent_missing": "An agent the rest of this run needs no longer exists, so the run cannot be continued.",
     "tool_unknown": "The rest of this run calls a tool it used before that the worker no longer knows (the tool set "
     "changed since the run), so the run cannot be continued.",
+    "diverged": "On replay the agent asked for another call than the one saved at this step, so nothing more was "
+    "run: the saved results would answer other questions.",
     "auto_resume_off": "The run was interrupted and everything unfinished is safe to run again, but this agent waits "
     "for an operator (auto-resume is off).",
     "step_failed": "A step failed before the worker could finish the run.",
@@ -141,7 +143,12 @@ GATES = {
 
 OWNERS = {"role:operator": "operators", "role:admin": "admins"}
 
-DECIDED = {"performed": "it happened", "not_performed": "it did not happen", "unresolved": "unresolved"}
+DECIDED = {
+    "performed": "it happened",
+    "not_performed": "it did not happen",
+    "unresolved": "unresolved",
+    "agent_verifies": "the agent verifies it",
+}
 
 
 def step_where(seq, evidence: dict) -> str:
@@ -444,7 +451,22 @@ def _progress(action, attempt, run, *, run_hold=None) -> list[Line]:
         return []
     lines: list[Line] = []
     seq = action.seq
-    if attempt.decision in ("performed", "not_performed"):
+    evidence = action.evidence or {}
+    told = {"seq": seq, "tool": evidence.get("tool"), "args": evidence.get("args")}
+    queued = run is not None and run.started_at is None and run.status == "queued"
+    if attempt.decision == "agent_verifies":
+        by_setting = not action.decided_by
+        head = (
+            (f"Handed to the agent by its setting ({SETTING_WORDS}) ",)
+            if by_setting
+            else (f"Handed to the agent to verify by {attempt.requested_by} ",)
+        )
+        head = (*head, At(attempt.requested_at), *((": ", Said(attempt.note)) if attempt.note else ()), ".")
+        if queued:
+            head = (*head, f" Run #{run.pk} queued — step {seq} does not run again by itself; the agent checks it.")
+        lines.append(head)
+        lines.append(("The model is told: ", Said(notice_text({**told, "decision": "agent_verifies"}))))
+    elif attempt.decision in ("performed", "not_performed"):
         risk = "; duplicate risk accepted" if attempt.accepted_duplicate_risk else ""
         head = (
             f"Decision recorded: {DECIDED[attempt.decision]} (",
@@ -459,6 +481,9 @@ def _progress(action, attempt, run, *, run_hold=None) -> list[Line]:
             lines.append((*head, f" Run #{run.pk} queued — step {seq} {effect}."))
         else:
             lines.append(head)
+        if attempt.decision == "performed" and getattr(action.run, "kind", "plan") == "agent":
+            note = {**told, "decision": "performed", "decided_by": attempt.requested_by, "note": attempt.note}
+            lines.append(("The model is told: ", Said(notice_text(note))))
     elif attempt.outcome != "rejected":
         if run is not None and run.started_at is None and run.status == "queued":
             lines.append(
@@ -526,8 +551,11 @@ def action_view(
     latest = attempts[-1] if attempts else None
     run = runs.get(latest.continuation_run_id) if latest is not None else None
     tool = evidence.get("tool")
+    diverged = action.kind == "diverged"
     if unknown and tool:
         title = f"Unknown outcome — {tool}, {step_where(action.seq, evidence)}"
+    elif diverged:
+        title = f"Replay diverged at step {evidence.get('seq') or action.seq}"
     elif action.kind in ("workspace_validation", "workspace_export"):
         title = "Workspace changed" if action.kind == "workspace_validation" else "Export failed"
     elif action.status == "exhausted":
@@ -551,6 +579,11 @@ def action_view(
             view.next = (
                 f"Check whether {tool or 'the operation'} ({step_where(action.seq, evidence)}) happened, then record "
                 "what you found.",
+            )
+        elif diverged:
+            view.next = (
+                f"Run #{action.run_id} cannot be continued on this path: Start over (a fresh run from the beginning "
+                "that reuses nothing), or cancel this action.",
             )
         elif action.cause in c.UNAVAILABLE:
             view.next = (
@@ -583,12 +616,18 @@ def action_view(
             controls.add("cancel")
             if unknown:
                 controls.add("decide")
+                if getattr(action.run, "kind", "plan") == "agent":
+                    controls.add("agent_verifies")
+            elif diverged:
+                controls.add("start_over")
             elif action.cause not in c.NOT_RECOVERABLE:
                 controls.add("retry")
         view.controls = frozenset(controls)
     elif status == "retrying":
         decided = latest is not None and latest.decision in ("performed", "not_performed")
-        view.badge, view.tone = ("Decision recorded" if decided else "Retry requested"), "pending"
+        handed = latest is not None and latest.decision == "agent_verifies"
+        badge = "Handed to the agent" if handed else "Decision recorded" if decided else "Retry requested"
+        view.badge, view.tone = badge, "pending"
         if action.kind == "continuation":
             view.attempts = f"{action.attempts} of {action.max_attempts} attempts used"
         if run is not None and run_hold is not None:
@@ -881,6 +920,121 @@ def carried_lines(decisions, messages) -> list[Line]:
         }.get(m.status, m.status)
         lines.append((f"Carries a follow-up from {author} (", At(m.created_at), "): ", Said(body), f" — {state}."))
     return lines
+
+
+# --- agent runs (DESIGN §13) ------------------------------------------------------------------
+
+UNKNOWN_OUTCOME_CHOICES = {"ask_person": "Ask a person", "tell_agent": "Tell the agent"}
+UNKNOWN_OUTCOME_MEANS = (
+    "Ask a person: the card waits for someone to decide. Tell the agent: with no person, the agent gets a notice "
+    "that the call's outcome is unknown and verifies the current state before repeating it."
+)
+SETTING_WORDS = "unknown outcomes: tell the agent"
+
+
+def call_text(tool: str, args, limit: int = 160) -> str:
+    """A call as people and models read it: `file_write(path="notes.md", content="# Rep…")`, cut at `limit`."""
+    import json
+
+    parts = []
+    for key, value in (args or {}).items() if isinstance(args, dict) else ():
+        try:
+            shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError):
+            shown = repr(value)
+        parts.append(f"{key}={shown if len(shown) <= 60 else shown[:57] + '…'}")
+    text = f"{tool}({', '.join(parts)})"
+    return text if len(text) <= limit else text[: limit - 2] + "…)"
+
+
+def notice_text(notice: dict) -> str:
+    """The sentence an agent's model is given instead of a result (API.md, Agent runs: notices)."""
+    call = call_text(notice.get("tool") or "?", notice.get("args"))
+    decision = notice.get("decision")
+    if decision == "performed":
+        note = (notice.get("note") or "").strip()
+        who = notice.get("decided_by") or "someone"
+        return f"A person ({who}) recorded that this call ({call}) happened" + (f": {note}" if note else ".")
+    if decision == "dropped":
+        return (
+            f"This call ({call}) was interrupted and dropped by its recovery mode; it may or may not have happened "
+            "and it is not run again unless you ask for it anew."
+        )
+    return (
+        f"This call ({call}) was interrupted and its outcome is unknown; verify the current state before repeating it."
+    )
+
+
+def notice_row(notice: dict) -> "StepRow":
+    """A step the agent got a notice for, on the run page: who settled it and what the model was told."""
+    decision = notice.get("decision")
+    told = ("; the model was told: ", Said(notice_text(notice)))
+    if decision == "performed":
+        by = notice.get("decided_by") or "someone"
+        return StepRow("marked performed", (f"marked performed by {by}", *_said(notice.get("note") or ""),
+                                            " — no saved result", *told), declared=True)  # fmt: skip
+    # (No notice is a saved result: the row shows neither a result nor a duration.)
+    if decision == "dropped":
+        return StepRow("dropped", ("forget mode: not run again", *told), declared=True)
+    if notice.get("decided_by"):
+        who = f"handed to the agent to verify by {notice['decided_by']}"
+        return StepRow("agent verifies", (who, *told), declared=True)
+    who = f"handed to the agent to verify by its setting ({SETTING_WORDS})"
+    return StepRow("agent verifies", (who, *told), declared=True)
+
+
+def catalogue_line(catalogue: dict | None, registered_at) -> Line:
+    """Where an agent's tool list comes from, on its settings."""
+    if catalogue is None:
+        return ("Its worker has registered no tool catalogue: the built-in tools and their default modes apply.",)
+    n = len(catalogue)
+    return (f"{n} tool{'s' if n != 1 else ''} registered by its worker ", At(registered_at), "; model turns are "
+            "always replayed.")  # fmt: skip
+
+
+def usage_line(usage) -> Line | None:
+    """What a run's steps cost, and what recovery reused or spent again (tokens where reported, else units)."""
+    if usage is None or not (usage.spent or usage.reused):
+        return None
+    line = f"Spent {usage.spent:,}"
+    if usage.reused:
+        line += f"; reused {usage.reused:,} from earlier runs of the chain (not spent again)"
+    if usage.spent_again:
+        steps = " and ".join(f"step {s}" for s in usage.again_steps) or "steps"
+        line += f"; {usage.spent_again:,} of it spent again on {steps}, cut off in an earlier run and run again"
+    return (line + " (tokens where the steps report tokens, else units).",)
+
+
+def prompt_line(run) -> Line | None:
+    """An agent run's prompt, as the person wrote it."""
+    prompt = (run.input or {}).get("prompt") if isinstance(run.input, dict) else None
+    if not isinstance(prompt, str):
+        return None
+    return ("Prompt: ", Said(prompt if len(prompt) <= 2000 else prompt[:1999] + "…"))
+
+
+def output_heading(run) -> str:
+    return f"What the agent returned in run #{run.pk}"
+
+
+def diverged_calls(evidence: dict) -> list[dict]:
+    """The two calls of a diverged step, side by side: what was saved and what the agent asked for now."""
+    out = []
+    for side, label in (("saved", "Saved (what the earlier run called)"), ("asked", "Asked now (on replay)")):
+        call = evidence.get(side) or {}
+        out.append({"side": side, "label": label, "tool": call.get("tool") or "?", "args": call.get("args") or {},
+                    "text": call_text(call.get("tool") or "?", call.get("args"))})  # fmt: skip
+    return out
+
+
+def diverged_summary(evidence: dict) -> Line:
+    saved, asked = evidence.get("saved") or {}, evidence.get("asked") or {}
+    seq = evidence.get("seq")
+    same_tool = saved.get("tool") == asked.get("tool")
+    differs = (
+        "the same tool with other arguments" if same_tool else f"{asked.get('tool')} instead of {saved.get('tool')}"
+    )
+    return (f"At step {seq} the agent asked for {differs}. Nothing of the new path ran; the saved steps are kept.",)
 
 
 # --- follow-ups (DESIGN §7) ----------------------------------------------------------------

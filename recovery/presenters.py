@@ -157,6 +157,8 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
                 "export_destination": task.export_destination,
                 "creator": task.creator.username if task.creator else None,
                 "dependencies": sorted(d.pk for d in task.dependencies.all()),
+                "kind": current.kind if current else "plan",
+                "output": current.output if current else None,
             }
         )
     return data
@@ -171,13 +173,16 @@ def _messages(task: Task) -> list[dict]:
 
 
 def run_data(run: Run) -> dict:
-    from recovery.selectors import diagnose
+    from recovery.selectors import diagnose, run_usage
 
     steps = getattr(run, "step_list", None)
     if steps is None:
         steps = list(run.steps.order_by("seq"))
     continued_by = run.continuations.filter(effective_continuation()).order_by("-id").first()
     declared = (run.carry or {}).get("declared") or {}
+    notices = {
+        (n.get("parent_seq"), n.get("seq")): n for n in (run.carry or {}).get("notices", []) if isinstance(n, dict)
+    }
     return {
         "id": run.pk,
         "task": run.task_id,
@@ -202,17 +207,28 @@ def run_data(run: Run) -> dict:
         "stop_requested_by": run.stop_requested_by or None,
         "stop_requested_at": iso(run.stop_requested_at),
         "input": run.input,
-        "steps": [_step(s, declared) for s in steps],
+        "kind": run.kind,
+        "output": run.output,
+        "diverged": run.diverged,
+        "usage": run_usage(run, steps).as_dict(),
+        "notices": list((run.carry or {}).get("notices", [])),
+        "steps": [_step(s, declared, notices) for s in steps],
         "diagnosis": diagnose(run, steps).as_dict(),
     }
 
 
-def _step(step, declared: dict) -> dict:
-    """A step as the API shows it; a step a person declared performed says so (it has no saved result)."""
+def _step(step, declared: dict, notices: dict) -> dict:
+    """A step as the API shows it; a step a person declared performed says so (it has no saved result), and so
+    does a step of an agent run that the agent got a notice for instead of a result."""
     data = step_data(step)
     # A batch item a person declared performed is keyed by its own (nested) seq, like a top-level step.
     said = declared.get(str(step.seq)) if step.reused_from_id else None
-    data["carried"] = ("declared_performed" if said else "saved_result") if step.reused_from_id else None
+    notice = notices.get((step.parent_seq, step.seq)) if step.reused_from_id else None
+    data["carried"] = (
+        ("notice" if notice else "declared_performed" if said else "saved_result") if step.reused_from_id else None
+    )
     if said:
         data["declared"] = said
+    if notice:
+        data["notice"] = {k: notice.get(k) for k in ("decision", "decided_by", "decided_at", "note", "text")}
     return data

@@ -105,6 +105,8 @@ class TaskDetailOut(TaskOut):
     export_destination = serializers.CharField(allow_blank=True)
     creator = serializers.CharField(**Nullable)
     dependencies = serializers.ListField(child=serializers.IntegerField())
+    kind = serializers.ChoiceField(choices=("plan", "agent"), help_text="of its input: a plan or an agent prompt")
+    output = serializers.JSONField(**Nullable, help_text="what the agent returned in the task's latest run")
 
 
 class TaskPageOut(serializers.Serializer):
@@ -122,12 +124,20 @@ class StepOut(serializers.Serializer):
     result = serializers.JSONField(**Nullable, help_text="in the payload wire form")
     error = serializers.CharField(**Nullable)
     reused = serializers.BooleanField()
-    usage = serializers.IntegerField()
+    usage = serializers.IntegerField(help_text="units, or a model turn's tokens in and out")
+    usage_detail = serializers.JSONField(**Nullable, help_text="a model turn's input_tokens, output_tokens, cost?")
     planned_at = serializers.DateTimeField(**Nullable)
     dispatched_at = serializers.DateTimeField(**Nullable)
     completed_at = serializers.DateTimeField(**Nullable)
-    carried = serializers.CharField(**Nullable)
+    carried = serializers.CharField(**Nullable, help_text="saved_result | declared_performed | notice")
     declared = serializers.JSONField(required=False)
+    notice = serializers.JSONField(required=False, help_text="the notice the agent got instead of a result")
+
+
+class RunUsageOut(serializers.Serializer):
+    spent = serializers.IntegerField(help_text="what this run's own finished steps used")
+    reused = serializers.IntegerField(help_text="what the steps it carried had cost (not spent again)")
+    spent_again = serializers.IntegerField(help_text="of `spent`, steps an earlier run of the chain had dispatched")
 
 
 class RunOut(serializers.Serializer):
@@ -154,6 +164,11 @@ class RunOut(serializers.Serializer):
     stop_requested_by = serializers.CharField(**Nullable)
     stop_requested_at = serializers.DateTimeField(**Nullable)
     input = serializers.JSONField()
+    kind = serializers.ChoiceField(choices=("plan", "agent"))
+    output = serializers.JSONField(**Nullable, help_text="what the agent returned, in the payload wire form")
+    diverged = serializers.JSONField(**Nullable, help_text="the step and its saved and asked calls")
+    usage = RunUsageOut()
+    notices = serializers.ListField(child=serializers.JSONField(), help_text="what the run's agent was told")
     steps = StepOut(many=True)
     diagnosis = serializers.JSONField(help_text="disposition, steps, reasons (API.md)")
 

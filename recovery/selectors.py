@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -20,14 +20,15 @@ from tasks.models import (
     Message,
     MessageStatus,
     Run,
+    RunKind,
     RunStatus,
     Step,
     Task,
     effective_continuation,
     refused_at_admission,
 )
+from tasks.modes import known_tools
 from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
-from tasks.worker.tools import TOOLS
 
 WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
@@ -201,7 +202,7 @@ def task_detail(user, task_id: int) -> Task:
 def run_detail(user, run_id: int) -> Run:
     run = (
         visible_runs(user)
-        .select_related("task", "agent")
+        .select_related("task", "agent__profile")
         .prefetch_related(Prefetch("steps", queryset=Step.objects.order_by("seq"), to_attr="step_list"))
         .filter(pk=run_id)
         .first()
@@ -329,12 +330,24 @@ def run_facts(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int,
         recovery_disabled=run.recovery_disabled,
         dropped=tuple(d.get("seq") for d in (run.carry or {}).get("dropped", []) if isinstance(d, dict)),
         checkpoint_purged=checkpoint_purged(run),
-        known_tools=WORKER_TOOLS,
+        known_tools=agent_tools(run),
         agents=delegated_agents(run),
+        kind=run.kind,
+        pending=pending_seqs(run) if run.kind == RunKind.AGENT else (),
     )
 
 
-WORKER_TOOLS = frozenset(TOOLS)
+def agent_tools(run: Run) -> frozenset[str]:
+    """The tools the run's agent has now: its registered catalogue (and model turns), else the built-in ones."""
+    profile = getattr(run.agent, "profile", None)
+    return known_tools(profile.tool_catalogue if profile is not None else None)
+
+
+def pending_seqs(run: Run) -> tuple[int, ...]:
+    """Top-level steps of an agent run's chain that the run may plan again (its continuation did not carry
+    them: cut off, never dispatched, decided not performed): not a gap in its numbering."""
+    rerun = (run.carry or {}).get("rerun") or []
+    return tuple(r["seq"] for r in rerun if isinstance(r, dict) and isinstance(r.get("seq"), int))
 
 
 def delegated_agents(run: Run) -> frozenset[str] | None:
@@ -372,6 +385,56 @@ def checkpoint_purged(run: Run) -> str:
 
 def diagnose(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> Diagnosis:
     return classify(run_facts(run, steps, task_runs=task_runs))
+
+
+@dataclass(frozen=True)
+class RunUsage:
+    """What a run's steps cost (tokens where they report tokens, else units).
+
+    spent: this run's own finished steps; reused: what the steps it carried had cost when they ran (not spent
+    again); spent_again: the part of `spent` on steps an earlier run of the chain had dispatched too (a model
+    turn cut off mid-call and called again, a call run again after a decision).
+    """
+
+    spent: int
+    reused: int
+    spent_again: int
+    again_steps: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"spent": self.spent, "reused": self.reused, "spent_again": self.spent_again}
+
+
+def run_usage(run: Run, steps: list[Step], *, task_runs: dict[int, Run] | None = None) -> RunUsage:
+    """At most two queries (none with `task_runs`, every run of the task with `step_list`)."""
+    own = [s for s in steps if s.reused_from_id is None and s.phase in ("completed", "failed")]
+    carried = [s.reused_from_id for s in steps if s.reused_from_id is not None]
+    chain = [pk for pk, _ in chain_runs(run, task_runs)][:-1]
+    if task_runs is not None:
+        wanted = set(carried)
+        originals = {s.pk: s.usage for r in task_runs.values() for s in r.step_list if s.pk in wanted}
+        reused = sum(originals.get(pk, 0) for pk in carried)
+        earlier = {
+            (s.parent_seq, s.seq)
+            for rid in chain
+            if rid in task_runs
+            for s in task_runs[rid].step_list
+            if s.reused_from_id is None and s.dispatched_at is not None
+        }
+    else:
+        reused = Step.objects.filter(pk__in=carried).aggregate(n=Sum("usage"))["n"] or 0 if carried else 0
+        earlier = set(
+            Step.objects.filter(run_id__in=chain, reused_from__isnull=True, dispatched_at__isnull=False).values_list(
+                "parent_seq", "seq"
+            )
+        ) if chain else set()  # fmt: skip
+    again = [s for s in own if (s.parent_seq, s.seq) in earlier]
+    return RunUsage(
+        spent=sum(s.usage for s in own),
+        reused=reused,
+        spent_again=sum(s.usage for s in again),
+        again_steps=tuple(s.seq for s in again if s.parent_seq is None),
+    )
 
 
 def action_detail(user, action_id: int) -> RecoveryAction | None:
@@ -441,9 +504,16 @@ def step_modes_now(run: Run, steps) -> dict[int, str]:
     """
     profile = getattr(run.agent, "profile", None)
     names = subagent_names(steps)
-    subagents = {}
+    subagents, catalogues = {}, {}
     if names:
         for agent in Agent.objects.filter(org_id=run.org_id, name__in=names).select_related("profile"):
             sub = getattr(agent, "profile", None)
             subagents[agent.name] = sub.tool_modes if sub else None
-    return modes_now(steps, overrides=profile.tool_modes if profile else None, subagent_overrides=subagents)
+            catalogues[agent.name] = sub.tool_catalogue if sub else None
+    return modes_now(
+        steps,
+        overrides=profile.tool_modes if profile else None,
+        subagent_overrides=subagents,
+        catalogue=profile.tool_catalogue if profile else None,
+        subagent_catalogues=catalogues,
+    )

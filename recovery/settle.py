@@ -54,6 +54,8 @@ def on_run_started(run: Run) -> None:
 
 
 def on_run_ended(run: Run) -> None:
+    if run.status == RunStatus.FAILED and run.error_code == "diverged" and run.diverged:
+        _open_diverged(run)
     if run.status == RunStatus.SUCCEEDED:
         from recovery.repairs import repair_task_done
 
@@ -84,6 +86,41 @@ def on_run_ended(run: Run) -> None:
             action.run_id,
             {"action": action.pk, "kind": action.kind, "continuation_run": run.pk, "detail": detail},
         ),
+    )
+
+
+def _open_diverged(run: Run) -> None:
+    """An agent run that took another path on replay: a `diverged` action, in the finish's transaction.
+
+    Its evidence carries both calls of the step; what remains is Start over or a cancel (never a resume).
+    """
+    from recovery.actions import action_open
+    from recovery.models import ActionKind
+
+    d = run.diverged
+    seq = d.get("seq")
+    detail = (
+        f"Step {seq} was saved as {d['saved']['tool']}; on replay the agent asked for {d['asked']['tool']}"
+        + (" with other arguments" if d["saved"]["tool"] == d["asked"]["tool"] else "")
+        + ". Nothing of the new path ran."
+    )
+    action_open(
+        run=run,
+        kind=ActionKind.DIVERGED,
+        cause="diverged",
+        seq=seq,
+        evidence={
+            "seq": seq,
+            "saved": d["saved"],
+            "asked": d["asked"],
+            "reasons": [{"code": "diverged", "detail": detail, "seq": seq}],
+            "run_status": run.status,
+            "error_code": run.error_code,
+            "error_detail": run.error_detail,
+            "remaining": ["start_over", "cancel"],
+        },
+        recovery_owner="role:operator",
+        actor="system",
     )
 
 

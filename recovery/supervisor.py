@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.actions import action_open_for, actions_settle
+from recovery.actions import action_open_for, actions_settle, handovers_run
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit
@@ -231,8 +231,13 @@ def _pass(*, label: str, exports: bool) -> PassReport:
     budget = Budget()
     with _duty("recover", report):
         _recover(report, budget)
+    # An agent whose setting says `tell_agent` is handed its unknown outcomes with no person (DESIGN §13).
+    handed: list[int] = []
+    with _duty("handovers_run", report):
+        handed = handovers_run()
     with _duty("actions_settle", report):
         report.settled = actions_settle()
+        report.settled["handed"] = handed
     with _duty("messages_admit", report):
         report.admitted = messages_admit(budget=budget)
     with _duty("checkpoints_purge", report):

@@ -6,16 +6,16 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks import export_roots, schemas, services
+from tasks import catalogue, export_roots, schemas, services
 from tasks.auth import IsPerson, IsWorker
 from tasks.authz import require_role
 from tasks.errors import IdempotencyConflict, Invalid, NotFound, PayloadTooLarge, ServiceError
-from tasks.models import IdempotencyRecord, Message, Role, Run, Step, Worker
+from tasks.models import IdempotencyRecord, Message, RecoveryMode, Role, Run, RunKind, Step, Worker
 from tasks.selectors import memberships_of, visible_events
 
 # --- conventions -------------------------------------------------------------
@@ -185,6 +185,7 @@ def step_data(step: Step) -> dict:
         "error": step.error or None,
         "reused": step.reused_from_id is not None,
         "usage": step.usage,
+        "usage_detail": step.usage_detail,
         "planned_at": iso(step.planned_at),
         "dispatched_at": iso(step.dispatched_at),
         "completed_at": iso(step.completed_at),
@@ -192,23 +193,61 @@ def step_data(step: Step) -> dict:
 
 
 def claim_data(run: Run) -> dict:
-    # A carried batch item may be a saved failure (`ok` false): it stays failed, it is not run again.
+    """What a worker gets with a claim (API.md, Runner API and Agent runs).
+
+    `reused` is every saved step the run carries from its chain (a batch item or a tool call of an agent run
+    may be a saved failure, `ok` false: it stays failed, it is not run again); a step the agent gets a notice
+    for instead of a result is in `notices`, never in `reused`. `next_seq` is one more than the highest
+    top-level number the chain planned (a number of the chain the run does not carry may be planned again).
+    """
+    carry = run.carry or {}
+    notices = [n for n in carry.get("notices", []) if isinstance(n, dict)]
+    noticed = {(n.get("parent_seq"), n.get("seq")) for n in notices}
+    fields = ("seq", "parent_seq", "tool", "args", "result", "phase", "error", "reused_from")
+    carried = list(
+        run.steps.filter(reused_from__isnull=False)
+        .order_by("seq")
+        .select_related("reused_from")
+        .only(*fields, "reused_from__usage", "reused_from__usage_detail")
+    )
     reused = [
-        {"seq": s.seq, "result": s.result, "ok": s.phase == "completed", "error": s.error or None}
-        for s in run.steps.filter(reused_from__isnull=False).order_by("seq").only("seq", "result", "phase", "error")
+        {
+            "seq": s.seq,
+            "parent_seq": s.parent_seq,
+            "tool": s.tool,
+            "args": s.args,
+            "result": s.result,
+            "ok": s.phase == "completed",
+            "error": s.error or None,
+            # What the saved step cost when it ran (the carried copy costs nothing).
+            "usage": s.reused_from.usage,
+            "usage_detail": s.reused_from.usage_detail,
+        }
+        for s in carried
+        if (s.parent_seq, s.seq) not in noticed
     ]
+    held = [s.seq for s in carried if s.parent_seq is None]
+    held += [d.get("seq") for d in carry.get("dropped", []) if isinstance(d, dict) and not d.get("parent_seq")]
+    held += [n.get("seq") for n in notices if not n.get("parent_seq")]
+    # Steps of the chain this run did not carry (the agent plans them again) count as planned.
+    held += [r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict)]
     messages = [claimed_message(m) for m in run.messages.select_related("author").order_by("created_at", "id")]
     return {
         "run": run.pk,
         "task": run.task_id,
         "agent": run.agent.name,
+        "kind": run.kind,
         "attempt": run.attempt,
         "lease_epoch": run.lease_epoch,
         "lease_expires_at": iso(run.lease_expires_at),
+        "lease_seconds": settings.CONSOLE_LEASE_SECONDS,
+        "heartbeat_seconds": settings.CONSOLE_HEARTBEAT_SECONDS,
         "input": run.input,
         "reused": reused,
+        "notices": notices,
+        "next_seq": 1 + max((h for h in held if isinstance(h, int)), default=0),
         "messages": messages,
-        "dropped": list((run.carry or {}).get("dropped", [])),
+        "dropped": list(carry.get("dropped", [])),
         "workspace": run.task.workspace,
     }
 
@@ -227,6 +266,13 @@ class RunnerView(BaseAPIView):
 class ClaimView(RunnerView):
     class ClaimInputSerializer(serializers.Serializer):
         worker = serializers.CharField(max_length=100, required=False, allow_blank=True)
+        # Narrow the claim: only runs of these agents (names) / of these kinds. Absent: any run, as before.
+        agents = serializers.ListField(
+            child=serializers.CharField(max_length=100), required=False, allow_null=True, max_length=100
+        )
+        kinds = serializers.ListField(
+            child=serializers.ChoiceField(choices=RunKind.choices), required=False, allow_null=True, max_length=2
+        )
 
     @extend_schema(request=ClaimInputSerializer, responses={200: schemas.ClaimOut, 204: None})
     def post(self, request):
@@ -234,7 +280,10 @@ class ClaimView(RunnerView):
         data.is_valid(raise_exception=True)
 
         def handle():
-            run = services.run_claim(worker=request.user, label=data.validated_data.get("worker", ""))
+            v = data.validated_data
+            run = services.run_claim(
+                worker=request.user, label=v.get("worker", ""), agents=v.get("agents"), kinds=v.get("kinds")
+            )
             if run is None:
                 return Response(status=status.HTTP_204_NO_CONTENT)
             return Response(claim_data(run))
@@ -255,21 +304,56 @@ class HeartbeatView(RunnerView):
         return idempotent(request, handle)
 
 
+class PlanCallIn(serializers.Serializer):
+    seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ)
+    tool = serializers.CharField(max_length=100)
+    args = serializers.JSONField(required=False, default=dict)
+    parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
+
+
 class StepPlanView(RunnerView):
     class StepPlanInputSerializer(serializers.Serializer):
+        """One step (`seq`, `tool`, `args`, `parent_seq`?) or a batch of them (`steps`, at most 64), not both."""
+
         epoch = serializers.IntegerField()
-        seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ)
-        tool = serializers.CharField(max_length=100)
+        seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False)
+        tool = serializers.CharField(max_length=100, required=False)
         args = serializers.JSONField(required=False, default=dict)
         parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
+        steps = PlanCallIn(many=True, required=False, max_length=services.MAX_BATCH, min_length=1)
 
-    @extend_schema(request=StepPlanInputSerializer, responses={201: schemas.StepPlannedOut})
+        def validate(self, data):
+            single = "seq" in data or "tool" in data
+            if "steps" in data and single:
+                raise serializers.ValidationError("Plan one step (`seq`, `tool`) or a batch (`steps`), not both.")
+            if "steps" not in data and not ("seq" in data and "tool" in data):
+                raise serializers.ValidationError("Plan one step (`seq` and `tool`) or a batch (`steps`).")
+            return data
+
+    @extend_schema(
+        request=StepPlanInputSerializer,
+        responses={
+            201: PolymorphicProxySerializer(
+                component_name="StepPlanResult",
+                serializers=[schemas.StepPlannedOut, schemas.StepBatchPlannedOut],
+                resource_type_field_name=None,
+            )
+        },
+    )
     def post(self, request, run_id: int):
         data = self.StepPlanInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
 
+        def planned(step) -> dict:
+            return {"seq": step.seq, "phase": step.phase, "recovery_mode": step.recovery_mode}
+
         def handle():
+            if "steps" in v:
+                steps = services.step_plan_batch(
+                    worker=request.user, run_id=run_id, epoch=v["epoch"], steps=[dict(c) for c in v["steps"]]
+                )
+                return Response({"steps": [planned(s) for s in steps]}, status=status.HTTP_201_CREATED)
             step = services.step_plan(
                 worker=request.user,
                 run_id=run_id,
@@ -279,10 +363,7 @@ class StepPlanView(RunnerView):
                 args=v.get("args"),
                 parent_seq=v.get("parent_seq"),
             )
-            return Response(
-                {"seq": step.seq, "phase": step.phase, "recovery_mode": step.recovery_mode},
-                status=status.HTTP_201_CREATED,
-            )
+            return Response(planned(step), status=status.HTTP_201_CREATED)
 
         return idempotent(request, handle)
 
@@ -308,9 +389,8 @@ class StepCompleteView(RunnerView):
         ok = serializers.BooleanField()
         result = serializers.JSONField(required=False, allow_null=True, default=None)
         error = serializers.CharField(required=False, allow_null=True, allow_blank=True, default="")
-        usage = serializers.IntegerField(
-            required=False, allow_null=True, min_value=0, max_value=services.MAX_USAGE, default=None
-        )
+        # Units (an integer), or a model turn's tokens: {"input_tokens", "output_tokens", "cost"?}.
+        usage = serializers.JSONField(required=False, allow_null=True, default=None)
         result_too_large = serializers.BooleanField(required=False, default=False)
         # Workspace-relative paths the step changed; the server reads them on disk itself.
         files = serializers.ListField(
@@ -350,6 +430,10 @@ class FinishView(RunnerView):
         status = serializers.CharField()
         error_code = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="", max_length=64)
         detail = serializers.CharField(required=False, allow_blank=True, allow_null=True, default="")
+        # What the agent returned (any JSON within the payload limits).
+        output = serializers.JSONField(required=False, allow_null=True, default=None)
+        # With "error_code": "diverged": {"seq", "saved": {"tool", "args"}, "asked": {"tool", "args"}}.
+        diverged = serializers.JSONField(required=False, allow_null=True, default=None)
 
     @extend_schema(request=FinishInputSerializer, responses=schemas.FinishOut)
     def post(self, request, run_id: int):
@@ -365,16 +449,48 @@ class FinishView(RunnerView):
                 status=v["status"],
                 error_code=v.get("error_code") or "",
                 detail=v.get("detail") or "",
+                output=v.get("output"),
+                diverged=v.get("diverged"),
             )
             return Response(
                 {
                     "run": run.pk,
                     "id": run.pk,
+                    "kind": run.kind,
                     "status": run.status,
                     "error_code": run.error_code,
                     "stop_receipt": run.stop_receipt,
+                    "output": run.output,
+                    "diverged": run.diverged,
                 }
             )
+
+        return idempotent(request, handle)
+
+
+class CatalogueToolIn(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    mode = serializers.ChoiceField(choices=RecoveryMode.choices)
+    description = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=catalogue.MAX_DESCRIPTION
+    )
+
+
+class AgentToolsView(RunnerView):
+    """`POST {"tools": [{"name", "mode", "description"?}]}`: this agent's tool catalogue from now on."""
+
+    class AgentToolsInputSerializer(serializers.Serializer):
+        tools = CatalogueToolIn(many=True, max_length=catalogue.MAX_TOOLS)
+
+    @extend_schema(request=AgentToolsInputSerializer, responses=schemas.AgentToolsOut)
+    def post(self, request, name: str):
+        data = self.AgentToolsInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tools = [dict(t) for t in data.validated_data["tools"]]
+
+        def handle():
+            agent, registered = catalogue.tools_register(worker=request.user, agent=name, tools=tools)
+            return Response({"agent": agent.name, "tools": [t.as_dict() for t in registered]})
 
         return idempotent(request, handle)
 

@@ -16,7 +16,7 @@ import psycopg
 from django.db import connection
 
 from tasks.events import actor_name
-from tasks.models import AgentProfile, Event, RecoveryMode, Run, RunStatus, Step, StepPhase, Task
+from tasks.models import AgentProfile, Event, RecoveryMode, Run, RunKind, RunStatus, Step, StepPhase, Task
 from tasks.modes import DEFAULT_MODES, FORGET
 from tasks.workspace import FILE_TOOLS
 
@@ -36,13 +36,16 @@ def _integers(*values) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in values)
 
 
-def _held(statuses: tuple[str, ...], *, budget_free: bool = False) -> str:
+def _held(statuses: tuple[str, ...], *, budget_free: bool = False, plan_runs: bool = False) -> str:
     """The fenced lock of the run: held by this worker at this epoch, leased, not lapsed."""
     run_t, task_t = Run._meta.db_table, Task._meta.db_table
     status_list = ", ".join(f"'{s}'" for s in statuses)
     budget = ""
     if budget_free:
         budget = f" AND (SELECT t.budget_limit FROM {task_t} t WHERE t.id = r.task_id) IS NULL"  # noqa: S608
+    if plan_runs:
+        # An agent run numbers its steps as it goes: its numbering rules are the general path's.
+        budget += f" AND r.kind = '{RunKind.PLAN}'"
     return (
         f"SELECT r.id, r.org_id, r.task_id, r.agent_id, r.status FROM {run_t} r "  # noqa: S608
         "WHERE r.id = %(run)s AND r.org_id = %(org)s AND r.lease_worker_id = %(worker)s "
@@ -100,20 +103,26 @@ def _fence(*, worker, run_id: int, epoch: int, now) -> dict:
 
 _LEASED = (RunStatus.RUNNING, RunStatus.STOPPING)
 
+_MODES = ", ".join(f"'{m}'" for m in RecoveryMode.values)
+
 _PLANNED_PAYLOAD = "jsonb_build_object('seq', s.seq, 'tool', s.tool, 'recovery_mode', s.recovery_mode)"
 
 PLAN_SQL = f"""
-WITH r AS ({_held(_LEASED)}),
+WITH r AS ({_held(_LEASED, plan_runs=True)}),
 s AS (
     INSERT INTO {Step._meta.db_table}
         (run_id, seq, parent_id, parent_seq, tool, args, recovery_mode, phase, result, error, usage,
-         reused_from_id, dispatch_epoch, planned_at, dispatched_at, completed_at)
+         usage_detail, reused_from_id, dispatch_epoch, planned_at, dispatched_at, completed_at)
     SELECT r.id, %(seq)s, NULL, NULL, %(tool)s::text, %(args)s::jsonb,
-           COALESCE((SELECT p.tool_modes ->> %(tool)s::text FROM {AgentProfile._meta.db_table} p
-                     WHERE p.agent_id = r.agent_id
-                       AND p.tool_modes ->> %(tool)s::text IN ({", ".join(f"'{m}'" for m in RecoveryMode.values)})),
+           -- tasks.modes.mode_for: the admin's override, else the registered catalogue's mode, else the default
+           COALESCE((SELECT CASE
+                         WHEN p.tool_modes ->> %(tool)s::text IN ({_MODES}) THEN p.tool_modes ->> %(tool)s::text
+                         WHEN p.tool_catalogue -> %(tool)s::text ->> 'mode' IN ({_MODES})
+                             THEN p.tool_catalogue -> %(tool)s::text ->> 'mode'
+                     END
+                     FROM {AgentProfile._meta.db_table} p WHERE p.agent_id = r.agent_id),
                     %(default_mode)s),
-           '{StepPhase.PLANNED}', NULL, '', 0, NULL, NULL, %(now)s, NULL, NULL
+           '{StepPhase.PLANNED}', NULL, '', 0, NULL, NULL, NULL, %(now)s, NULL, NULL
     FROM r
     ON CONFLICT (run_id, seq) DO NOTHING
     RETURNING *
@@ -138,7 +147,7 @@ WITH r AS ({_held(_LEASED, budget_free=True)}),
 s AS (
     UPDATE {Step._meta.db_table} s
     SET phase = %(phase)s, result = %(result)s::jsonb, error = %(error)s, usage = %(usage)s::integer,
-        completed_at = %(now)s
+        usage_detail = %(usage_detail)s::jsonb, completed_at = %(now)s
     FROM r
     WHERE s.run_id = r.id AND s.seq = %(seq)s AND s.phase = '{StepPhase.DISPATCHED}'
       AND s.tool <> ALL(%(manifest_tools)s::text[])
@@ -177,7 +186,7 @@ def dispatch(*, worker, run_id: int, epoch: int, seq: int, now) -> Step | None:
 
 
 def complete(
-    *, worker, run_id: int, epoch: int, seq: int, ok: bool, result, error: str, usage: int, now
+    *, worker, run_id: int, epoch: int, seq: int, ok: bool, result, error: str, usage: int, now, usage_detail=None
 ) -> tuple[Step, bool] | None:
     """The outcome of a step that changes no workspace file, of a run whose task has no budget limit.
 
@@ -194,6 +203,7 @@ def complete(
             "result": None if result is None else json.dumps(result),
             "error": error,
             "usage": usage,
+            "usage_detail": None if usage_detail is None else json.dumps(usage_detail),
             "kind": "step_completed" if ok else "step_failed",
             "manifest_tools": list(MANIFEST_TOOLS),
         },

@@ -68,6 +68,13 @@ class NotEligible(ServiceError):
     status_code = 409
 
 
+class SeqConflict(ServiceError):
+    """An agent run planned a step number out of order, or a taken number as another call (API.md, Agent runs)."""
+
+    code = "seq_conflict"
+    status_code = 409
+
+
 class IdempotencyConflict(ServiceError):
     code = "idempotency_conflict"
     status_code = 409

@@ -62,12 +62,30 @@ class Agent(models.Model):
         return self.name
 
 
+class UnknownOutcome(models.TextChoices):
+    """Who settles an unknown outcome of the agent's agent runs: a person, or the agent itself (told to verify)."""
+
+    ASK_PERSON = "ask_person"
+    TELL_AGENT = "tell_agent"
+
+
 class AgentProfile(models.Model):
     agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="profile")
     auto_resume = models.BooleanField(default=True)
     # tool name -> "replay" | "notify" | "forget"; tools absent here use the defaults.
     tool_modes = models.JSONField(default=dict, blank=True)
+    # The tools the agent's worker registered (tool name -> {"mode", "description"}); None until one registers.
+    tool_catalogue = models.JSONField(null=True, blank=True)
+    tools_registered_at = models.DateTimeField(null=True, blank=True)
+    unknown_outcome = models.CharField(max_length=16, choices=UnknownOutcome.choices, default=UnknownOutcome.ASK_PERSON)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(unknown_outcome__in=UnknownOutcome.values), name="profile_unknown_outcome_valid"
+            ),
+        ]
 
     def __str__(self):
         return f"profile of {self.agent}"
@@ -190,6 +208,13 @@ FINAL_RUN_STATUSES = (
 )
 
 
+class RunKind(models.TextChoices):
+    """What a run's input is: a scripted plan of tool calls, or a prompt an AI agent works from (DESIGN §13)."""
+
+    PLAN = "plan"
+    AGENT = "agent"
+
+
 class Run(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="runs")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
@@ -200,6 +225,11 @@ class Run(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     error_detail = models.TextField(blank=True)
     input = models.JSONField(default=dict)
+    kind = models.CharField(max_length=8, choices=RunKind.choices, default=RunKind.PLAN)
+    # What the agent returned when it finished (agent runs); in the stored payload form.
+    output = models.JSONField(null=True, blank=True)
+    # An agent run that took another path on replay: {"seq", "saved": {"tool", "args"}, "asked": {...}}.
+    diverged = models.JSONField(null=True, blank=True)
     # Why the run was asked to stop: "stop" (a person), "paused", "budget".
     stop_reason = models.CharField(max_length=16, blank=True)
     stop_requested_by = models.CharField(max_length=150, blank=True)
@@ -239,6 +269,7 @@ class Run(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(condition=Q(kind__in=RunKind.values), name="run_kind_valid"),
             # One live execution per task: a continuation cannot be admitted
             # while another run of the task is queued, running or stopping.
             models.UniqueConstraint(
@@ -294,6 +325,8 @@ class Step(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     usage = models.PositiveBigIntegerField(default=0)
+    # What the step reported beyond its units: a model turn's {"input_tokens", "output_tokens", "cost"?}.
+    usage_detail = models.JSONField(null=True, blank=True)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by")
     dispatch_epoch = models.PositiveIntegerField(null=True, blank=True)
     planned_at = models.DateTimeField()

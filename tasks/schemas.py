@@ -8,6 +8,8 @@ These serializers describe responses; the views build the same dicts (tasks/api.
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
+from tasks.models import RecoveryMode
+
 # Every operation may answer these with the error shape (API.md, Conventions).
 ERROR_STATUSES = {
     "400": "invalid: the request is malformed or out of range",
@@ -70,20 +72,42 @@ class MessagesAckOut(serializers.Serializer):
 
 class ReusedOut(serializers.Serializer):
     seq = serializers.IntegerField()
+    parent_seq = serializers.IntegerField(allow_null=True)
+    tool = serializers.CharField()
+    args = serializers.JSONField(help_text="the saved arguments, in the payload wire form")
     result = serializers.JSONField(allow_null=True, help_text="the saved result, in the payload wire form")
     ok = serializers.BooleanField()
     error = serializers.CharField(allow_null=True)
+    usage = serializers.IntegerField(help_text="what the saved step cost when it ran (units or tokens)")
+    usage_detail = serializers.JSONField(allow_null=True, help_text="a model turn's token counts, if reported")
+
+
+class NoticeOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    parent_seq = serializers.IntegerField(allow_null=True)
+    tool = serializers.CharField()
+    args = serializers.JSONField()
+    decision = serializers.ChoiceField(choices=("performed", "agent_verifies", "dropped"))
+    decided_by = serializers.CharField(allow_null=True, help_text="null where the agent's setting handed it over")
+    decided_at = serializers.DateTimeField(allow_null=True)
+    note = serializers.CharField(allow_blank=True)
+    text = serializers.CharField(required=False, help_text="the sentence the agent's model is given instead")
 
 
 class ClaimOut(serializers.Serializer):
     run = serializers.IntegerField()
     task = serializers.IntegerField()
     agent = serializers.CharField()
+    kind = serializers.ChoiceField(choices=("plan", "agent"))
     attempt = serializers.IntegerField()
     lease_epoch = serializers.IntegerField()
     lease_expires_at = serializers.DateTimeField()
-    input = serializers.JSONField(help_text="the plan, in the payload wire form")
+    lease_seconds = serializers.IntegerField(help_text="how long a lease lasts without a heartbeat")
+    heartbeat_seconds = serializers.IntegerField(help_text="how often the server expects a heartbeat")
+    input = serializers.JSONField(help_text="the plan or the agent prompt, in the payload wire form")
     reused = ReusedOut(many=True)
+    notices = NoticeOut(many=True, help_text="steps the agent gets a notice for instead of a saved result")
+    next_seq = serializers.IntegerField(help_text="one more than the highest top-level step number the chain planned")
     messages = ClaimedMessageOut(many=True)
     dropped = serializers.ListField(child=serializers.JSONField())
     workspace = serializers.CharField(allow_blank=True)
@@ -100,6 +124,10 @@ class StepPlannedOut(serializers.Serializer):
     recovery_mode = serializers.CharField()
 
 
+class StepBatchPlannedOut(serializers.Serializer):
+    steps = StepPlannedOut(many=True)
+
+
 class StepDispatchedOut(serializers.Serializer):
     seq = serializers.IntegerField()
     phase = serializers.CharField()
@@ -114,9 +142,24 @@ class StepCompletedOut(serializers.Serializer):
 class FinishOut(serializers.Serializer):
     run = serializers.IntegerField()
     id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=("plan", "agent"))
     status = serializers.CharField()
     error_code = serializers.CharField(allow_blank=True)
     stop_receipt = serializers.JSONField(allow_null=True)
+    output = serializers.JSONField(allow_null=True, help_text="what the agent returned, in the payload wire form")
+    diverged = serializers.JSONField(allow_null=True, help_text="the step and its saved and asked calls")
+
+
+class CatalogueToolOut(serializers.Serializer):
+    name = serializers.CharField()
+    default_mode = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="as registered")
+    mode = serializers.ChoiceField(choices=RecoveryMode.choices, help_text="in effect: an override wins")
+    description = serializers.CharField(allow_blank=True)
+
+
+class AgentToolsOut(serializers.Serializer):
+    agent = serializers.CharField()
+    tools = CatalogueToolOut(many=True)
 
 
 class ChildTaskOut(serializers.Serializer):

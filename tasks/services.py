@@ -6,17 +6,27 @@ lease lapsed, or the run is held by another worker identity.
 """
 
 import json
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from tasks import checkpoints, lifecycle, payloads
 from tasks.authz import require_role
-from tasks.errors import IdempotencyConflict, Invalid, NotEligible, NotFound, PayloadTooLarge, StaleLease
+from tasks.errors import (
+    IdempotencyConflict,
+    Invalid,
+    NotEligible,
+    NotFound,
+    PayloadTooLarge,
+    SeqConflict,
+    ServiceError,
+    StaleLease,
+)
 from tasks.events import actor_name, event_append
 from tasks.export_roots import destination_refusal
 from tasks.holds import task_hold
@@ -28,6 +38,7 @@ from tasks.models import (
     MessageStatus,
     Organization,
     Run,
+    RunKind,
     RunStatus,
     Step,
     StepPhase,
@@ -35,7 +46,7 @@ from tasks.models import (
     TaskStatus,
     Worker,
 )
-from tasks.modes import mode_for
+from tasks.modes import MODEL, PLAN_ONLY_TOOLS, profile_mode
 from tasks.selectors import task_facts, visible_tasks
 from tasks.transitions import MESSAGES, RUNS, TASKS, Event, claim_queued_run
 from tasks.workers import instance_beat, instance_seen
@@ -95,10 +106,37 @@ def lease_delta() -> timedelta:
 # --- tasks -----------------------------------------------------------------
 
 
+MAX_PROMPT = 1_000_000  # characters of an agent prompt
+
+
+def input_kind(input) -> str:
+    """Pure: `agent` for an agent prompt (`{"prompt": ...}`), else `plan`. Validated by `validate_input`."""
+    return RunKind.AGENT if isinstance(input, dict) and "prompt" in input else RunKind.PLAN
+
+
+def validate_input(input) -> str:
+    """A run's input is a plan (`{"steps": [...]}`) or an agent prompt (`{"prompt": "<text>", ...}`, other keys
+    kept for the agent); never both. Returns its kind."""
+    if isinstance(input, dict) and "prompt" in input:
+        prompt = input["prompt"]
+        if "steps" in input:
+            raise Invalid("`input` is a plan (`steps`) or an agent prompt (`prompt`), not both.", field="input")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise Invalid("An agent prompt (`input.prompt`) must be non-empty text.", field="input")
+        if len(prompt) > MAX_PROMPT:
+            raise Invalid(f"An agent prompt holds at most {MAX_PROMPT:,} characters.", field="input")
+        return RunKind.AGENT
+    validate_plan(input)
+    return RunKind.PLAN
+
+
 def validate_plan(plan) -> list[dict]:
     """A plan is `{"steps": [{"tool": str, "args": {...}}, ...]}`; return its steps."""
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
-        raise Invalid("`input` must be an object with a list `steps`.", field="input")
+        raise Invalid(
+            "`input` must be an object with a list `steps` (a plan) or a text `prompt` (an agent prompt).",
+            field="input",
+        )
     steps = plan["steps"]
     if len(steps) > MAX_PLAN_STEPS:
         raise Invalid(f"A plan holds at most {MAX_PLAN_STEPS} steps.", field="input")
@@ -133,7 +171,7 @@ def task_create(
     if not title:
         raise Invalid("A task needs a title.", field="title")
     input = _stored(input, "task input")
-    validate_plan(input)
+    validate_input(input)
     agent_obj = Agent.objects.filter(org=org, name=agent).first()
     if agent_obj is None:
         raise Invalid(f"No agent named {agent!r} in this organization.", field="agent")
@@ -188,6 +226,7 @@ def run_enqueue(
         # A continuation keeps its chain's place in the queue; a first run (or a fresh start) joins at the end.
         queued_since=continues.queued_since if continues else timezone.now(),
         input=input,
+        kind=input_kind(input),
         carry=carry or {},
     )
     if continues is not None:
@@ -231,7 +270,7 @@ def _task_status_after(run: Run) -> str:
 # --- the runner side -------------------------------------------------------
 
 
-def run_claim(*, worker: Worker, label: str) -> Run | None:
+def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | None:
     """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
     A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
@@ -240,17 +279,26 @@ def run_claim(*, worker: Worker, label: str) -> Run | None:
     runs, so concurrent claimers never wait for each other and never take the same run; on SQLite the
     IMMEDIATE transaction serializes claimers. The claim, its event and the instance's bookkeeping are
     one transaction. Returns None when nothing is admissible.
+
+    `agents` (names) and `kinds` (`plan`, `agent`) narrow what this worker takes; None takes any.
     """
     label = (label or "").strip()[:100] or worker.name
+    only = _ClaimFilter(agents=None if agents is None else list(agents), kinds=None if kinds is None else list(kinds))
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            run = _claim_in_one_statement(worker, label)
+            run = _claim_in_one_statement(worker, label, only)
         else:
-            run = _claim(worker, label)
+            run = _claim(worker, label, only)
             instance_seen(worker=worker, label=label, claimed=run is not None)
     if run is not None and run.continues_id is None:
         _record_baseline(run)
     return run
+
+
+@dataclass(frozen=True)
+class _ClaimFilter:
+    agents: list[str] | None = None
+    kinds: list[str] | None = None
 
 
 def _record_baseline(run: Run) -> None:
@@ -267,7 +315,7 @@ def _record_baseline(run: Run) -> None:
         pass
 
 
-def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
+def _claim_in_one_statement(worker: Worker, label: str, only: _ClaimFilter) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
         now = timezone.now()
@@ -280,6 +328,8 @@ def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
             now=now,
             expires=now + lease_delta(),
             skipped=skipped,
+            agents=only.agents,
+            kinds=only.kinds,
         )
         if run is not None:
             _claimed(run)
@@ -295,7 +345,7 @@ def _claim_in_one_statement(worker: Worker, label: str) -> Run | None:
     return None
 
 
-def _claim_candidates(worker: Worker, skipped: list[int]):
+def _claim_candidates(worker: Worker, skipped: list[int], only: _ClaimFilter):
     open_dependency = Task.dependencies.through.objects.filter(from_task_id=OuterRef("task_id")).exclude(
         to_task__status=TaskStatus.DONE
     )
@@ -309,15 +359,19 @@ def _claim_candidates(worker: Worker, skipped: list[int]):
     )
     if skipped:
         qs = qs.exclude(pk__in=skipped)
+    if only.kinds is not None:
+        qs = qs.filter(kind__in=only.kinds)
+    if only.agents is not None:
+        qs = qs.filter(agent__name__in=only.agents)
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return qs.select_related("task__org", "agent")
 
 
-def _claim(worker: Worker, label: str) -> Run | None:
+def _claim(worker: Worker, label: str, only: _ClaimFilter) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
-        run = _claim_candidates(worker, skipped).first()
+        run = _claim_candidates(worker, skipped, only).first()
         if run is None:
             return None
         if _take(run, worker, label):
@@ -511,7 +565,8 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     """Record that the run intends to call `tool` as step `seq`; resolves its recovery mode.
 
     Repeating the same plan returns the saved step; a different plan for a taken
-    `seq` is refused. A top-level step is one statement on PostgreSQL (tasks.checkpoints).
+    `seq` is refused. A top-level step of a plan run is one statement on PostgreSQL (tasks.checkpoints).
+    An agent run numbers its top-level steps as it goes (`_agent_seq`).
     """
     # The fast road takes only what the general path would save as it is: the stored (wire) form of the
     # arguments, in bounds. Anything else goes the general path, which checks the lease first, then says why.
@@ -519,7 +574,7 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     if (
         checkpoints.available()
         and parent_seq is None
-        and tool != "subagent"
+        and tool not in ("subagent", MODEL)
         and isinstance(seq, int)
         and not isinstance(seq, bool)
         and 1 <= seq <= MAX_SEQ
@@ -536,19 +591,107 @@ def step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, paren
     return _step_plan(worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=args, parent_seq=parent_seq)
 
 
+MAX_BATCH = 64  # the steps one plan call may hold: one model turn's tool calls
+
+
+@transaction.atomic
+def step_plan_batch(*, worker: Worker, run_id: int, epoch: int, steps) -> list[Step]:
+    """Plan several steps at once (one model turn's calls), in order, in one transaction: all or nothing.
+
+    Each is planned as `step_plan` plans it alone (numbering, idempotent repeats, refusals); the first
+    refusal refuses the whole batch and nothing of it is saved.
+    """
+    _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_BATCH:
+        raise Invalid(f"`steps` must list 1 to {MAX_BATCH} steps.", field="steps")
+    planned = []
+    for i, call in enumerate(steps, start=1):
+        if not isinstance(call, dict):
+            raise Invalid(f"Step {i} of the batch must be an object.", field="steps")
+        try:
+            planned.append(
+                _step_plan(
+                    worker=worker,
+                    run_id=run_id,
+                    epoch=epoch,
+                    seq=call.get("seq"),
+                    tool=call.get("tool"),
+                    args=call.get("args"),
+                    parent_seq=call.get("parent_seq"),
+                )
+            )
+        except ServiceError as exc:
+            exc.extra.setdefault("index", i - 1)
+            exc.detail = (
+                f"Step {i} of the batch (seq {call.get('seq')!r}): {exc.detail} Nothing of the batch was saved."
+            )
+            raise
+    return planned
+
+
+def _model_args(args: dict) -> None:
+    """A model turn names its model and the digest of its request (API.md, Model turns)."""
+    if not isinstance(args.get("model"), str) or not args["model"].strip():
+        raise Invalid("A model turn's `args.model` names the model.", field="args.model")
+    digest = args.get("digest")
+    if not isinstance(digest, str) or len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+        raise Invalid(
+            "A model turn's `args.digest` is the sha256 of its canonical request, 64 lowercase hex digits.",
+            field="args.digest",
+        )
+
+
+def _agent_seq(run: Run, seq: int) -> None:
+    """An agent run's next top-level number is one more than the highest its chain planned (the steps this
+    run holds, carried ones included, and those of the chain it did not carry: `carry["rerun"]`). A number
+    the chain planned that this run does not hold (a turn cut off mid-call, a call never dispatched, one
+    decided not performed) may be planned again, and so may the one after the highest this run holds.
+    Anything else skips ahead.
+    """
+    carry = run.carry or {}
+    top = Step.objects.filter(run=run, parent_seq__isnull=True).aggregate(m=Max("seq"))["m"] or 0
+    dropped = [d.get("seq") for d in carry.get("dropped", []) if isinstance(d, dict) and not d.get("parent_seq")]
+    held = max([top, *(d for d in dropped if isinstance(d, int))])
+    again = {r.get("seq") for r in carry.get("rerun", []) if isinstance(r, dict) and isinstance(r.get("seq"), int)}
+    expected = 1 + max([held, *again])
+    if seq in (held + 1, expected) or seq in again:
+        return
+    if seq in dropped:
+        raise SeqConflict(
+            f"Step {seq} of run #{run.pk} was dropped by its recovery mode; a repeat is a new step: plan {expected}.",
+            next_seq=expected,
+        )
+    raise SeqConflict(
+        f"Run #{run.pk} plans its steps in order: the next is {expected}, and {seq} "
+        f"{'skips ahead' if seq > expected else 'is not one this run may plan again'}.",
+        next_seq=expected,
+    )
+
+
 @transaction.atomic
 def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
     if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
         _held_run(worker=worker, run_id=run_id, epoch=epoch)
         raise Invalid(f"`seq` must be an integer from 1 to {MAX_SEQ}.", field="seq")
+    if parent_seq is not None and (not isinstance(parent_seq, int) or isinstance(parent_seq, bool)
+                                   or not 1 <= parent_seq <= MAX_SEQ):  # fmt: skip
+        _held_run(worker=worker, run_id=run_id, epoch=epoch)
+        raise Invalid(f"`parent_seq` must be an integer from 1 to {MAX_SEQ}.", field="parent_seq")
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch, profile=True, seq=seq)
     if not isinstance(tool, str) or not tool:
         raise Invalid("`tool` must be a tool name.", field="tool")
+    if len(tool) > 100:
+        raise Invalid("`tool` holds at most 100 characters.", field="tool")
     if args is None:
         args = {}
     args = _stored(args, "step arguments")
     if not payloads.is_object(args):
         raise Invalid("`args` must be an object.", field="args")
+    agent_run = run.kind == RunKind.AGENT
+    if agent_run and tool in PLAN_ONLY_TOOLS:
+        raise Invalid(f"{tool} is a feature of scripted plans; an agent run calls its own tools.", field="tool")
+    if tool == MODEL:
+        _model_args(args)
     parent = None
     if parent_seq is not None:
         parent = Step.objects.filter(run=run, seq=parent_seq).first()
@@ -558,7 +701,14 @@ def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, pare
         existing = Step.objects.get(pk=run.saved_step_id)
         if existing.tool == tool and existing.args == args and existing.parent_seq == parent_seq:
             return existing
+        if agent_run:
+            raise SeqConflict(
+                f"Step {seq} of run #{run.pk} is already planned as another call ({existing.tool}).",
+                saved={"tool": existing.tool, "args": existing.args},
+            )
         raise NotEligible(f"Step {seq} of run #{run.pk} is already planned as a different call.")
+    if agent_run and parent_seq is None:
+        _agent_seq(run, seq)
     profile = getattr(run.agent, "profile", None)
     if tool == "subagent" and parent is None:
         name = args.get("agent")
@@ -575,7 +725,7 @@ def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, pare
         parent_seq=parent_seq,
         tool=tool,
         args=args,
-        recovery_mode=mode_for(tool, profile.tool_modes if profile else None),
+        recovery_mode=profile_mode(tool, profile),
         planned_at=timezone.now(),
     )
     event_append(
@@ -631,6 +781,35 @@ def _step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step
     return step
 
 
+def usage_units(usage) -> tuple[int, dict | None]:
+    """A completion's `usage`: an integer (units), or a model turn's `{"input_tokens", "output_tokens",
+    "cost"?}` (its units are the tokens in and out). Returns (units, the token counts kept with the step).
+    None is 1 unit. Invalid otherwise."""
+    if usage is None:
+        return 1, None
+    if isinstance(usage, int) and not isinstance(usage, bool):
+        if not 0 <= usage <= MAX_USAGE:
+            raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
+        return usage, None
+    if isinstance(usage, dict):
+        detail = {}
+        for key in ("input_tokens", "output_tokens"):
+            value = usage.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_USAGE:
+                raise Invalid(f"`usage.{key}` must be an integer from 0 to {MAX_USAGE}.", field="usage")
+            detail[key] = value
+        cost = usage.get("cost")
+        if cost is not None:
+            if not isinstance(cost, int | float) or isinstance(cost, bool) or not 0 <= cost <= 1e12:
+                raise Invalid("`usage.cost` must be a number from 0 up.", field="usage")
+            detail["cost"] = cost
+        units = detail["input_tokens"] + detail["output_tokens"]
+        if units > MAX_USAGE:
+            raise Invalid(f"A step's tokens in and out add up to at most {MAX_USAGE}.", field="usage")
+        return units, detail
+    raise Invalid("`usage` must be an integer or {input_tokens, output_tokens, cost?}.", field="usage")
+
+
 def step_complete(
     *,
     worker: Worker,
@@ -649,7 +828,10 @@ def step_complete(
     See `_step_complete`. A step that changes no workspace file, of a task without a budget limit,
     is one statement on PostgreSQL (tasks.checkpoints).
     """
-    usage = 1 if usage is None else usage
+    try:
+        units, detail = usage_units(usage)
+    except Invalid:
+        units, detail = None, None  # the general path checks the lease first, then refuses it
     stored = _fast_stored(result)
     if (
         checkpoints.available()
@@ -658,9 +840,7 @@ def step_complete(
         and isinstance(ok, bool)
         and not result_too_large
         and not files
-        and isinstance(usage, int)
-        and not isinstance(usage, bool)
-        and 0 <= usage <= MAX_USAGE
+        and units is not None
         and (stored is not None or result is None)
     ):
         done = checkpoints.complete(
@@ -671,7 +851,8 @@ def step_complete(
             ok=ok,
             result=stored,
             error="" if error is None else payloads.readable(str(error))[:10_000],
-            usage=usage,
+            usage=units,
+            usage_detail=detail,
             now=timezone.now(),
         )
         if done is not None:
@@ -751,10 +932,7 @@ def _step_complete(
     run, task = step.run, step.run.task
     reported = _reported_files(files)
     phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
-    if usage is None:
-        usage = 1
-    if not isinstance(usage, int) or isinstance(usage, bool) or not 0 <= usage <= MAX_USAGE:
-        raise Invalid(f"`usage` must be an integer from 0 to {MAX_USAGE}.", field="usage")
+    usage, usage_detail = usage_units(usage)
     result = _stored(result, "step result")
     error = "" if error is None else payloads.readable(str(error))[:10_000]
     outcome = {"phase": phase, "result": None if result_too_large else result, "error": error, "usage": usage}
@@ -774,7 +952,7 @@ def _step_complete(
     if read_first and (paths or scan_all or reported):
         raise _ReadFirst(task, [*(paths if ok else []), *reported], scan_all)
     now = timezone.now()
-    done = {**outcome, "completed_at": now}
+    done = {**outcome, "usage_detail": usage_detail, "completed_at": now}
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
     if Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(**done) != 1:
         raise NotEligible(f"Step {seq} changed while being completed.")
@@ -849,8 +1027,14 @@ def _reported_files(files) -> list[str]:
 
 @transaction.atomic
 def task_create_child(*, worker: Worker, run_id: int, epoch: int, title: str, input: dict, agent: str = "") -> Task:
-    """The `task_create` tool: a run creates a child task of its own task (fenced by its lease)."""
+    """The `task_create` tool: a run creates a child task of its own task (fenced by its lease).
+
+    A feature of scripted plans: refused for an agent run (`not_eligible`, reason `plan_only`)."""
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    if run.kind == RunKind.AGENT:
+        raise NotEligible(
+            "Child tasks (task_create) are a feature of scripted plans, not of agent runs.", reason="plan_only"
+        )
     task = Task.objects.select_related("org", "agent").get(pk=run.task_id)
     return task_create(
         org=task.org,
@@ -920,6 +1104,30 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
     return run
 
 
+DIVERGED = "diverged"
+
+
+def _diverged(diverged) -> dict:
+    """The two calls of a replay that diverged at one step, as saved (API.md, Agent runs: finish)."""
+    if not isinstance(diverged, dict):
+        raise Invalid(
+            '`diverged` must be {"seq", "saved": {"tool", "args"}, "asked": {"tool", "args"}}.', field="diverged"
+        )
+    seq = diverged.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        raise Invalid(f"`diverged.seq` must be a step number from 1 to {MAX_SEQ}.", field="diverged.seq")
+    calls = {}
+    for side in ("saved", "asked"):
+        call = diverged.get(side)
+        if not isinstance(call, dict) or not isinstance(call.get("tool"), str) or not call["tool"]:
+            raise Invalid(f"`diverged.{side}` must name its `tool`.", field=f"diverged.{side}")
+        args = _stored(call.get("args") if call.get("args") is not None else {}, f"diverged {side} arguments")
+        if not payloads.is_object(args):
+            raise Invalid(f"`diverged.{side}.args` must be an object.", field=f"diverged.{side}")
+        calls[side] = {"tool": call["tool"][:100], "args": args}
+    return {"seq": seq, **calls}
+
+
 def _unread_messages_return(run: Run, *, actor) -> None:
     """Follow-ups handed to `run` that it ended without acknowledging, settled in its end's transaction.
 
@@ -969,26 +1177,54 @@ def _unread_messages_return(run: Run, *, actor) -> None:
 
 
 @transaction.atomic
-def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_code: str = "", detail: str = "") -> Run:
+def run_finish(
+    *,
+    worker: Worker,
+    run_id: int,
+    epoch: int,
+    status: str,
+    error_code: str = "",
+    detail: str = "",
+    output=None,
+    diverged=None,
+) -> Run:
     """End the worker's execution of a run.
 
-    running → succeeded (only when every step of the plan completed) | failed;
-    stopping → stopped with a stop receipt (or succeeded, when the worker
+    running → succeeded (a plan run only when every step of the plan completed; an agent run when no step is
+    still in flight) | failed; stopping → stopped with a stop receipt (or succeeded, when the worker
     reports that every step completed before it saw the stop: the evidence says
     the work is done). `succeeded` is refused while a step is still planned or
     dispatched; `stopped` is refused for a run nobody asked to stop.
+
+    `output` (what the agent returned) is kept on the run. `error_code` `diverged` (status failed, with
+    `diverged`: the step and its saved and asked calls) ends the run failed even while stopping; recovery
+    opens a `diverged` action in this transaction (recovery.settle). Nothing continues it by itself.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch, plan=True)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):
         raise Invalid("`status` must be succeeded, failed or stopped.", field="status")
+    error_code = (error_code or "")[:64]
+    if error_code == DIVERGED or diverged is not None:
+        if error_code != DIVERGED or status != RunStatus.FAILED:
+            raise Invalid(
+                '`diverged` goes with `"status": "failed", "error_code": "diverged"`, and only with them.',
+                field="diverged",
+            )
+        diverged = _diverged(diverged)
+    if output is not None:
+        output = _stored(output, "run output")
     if status == RunStatus.SUCCEEDED:
-        if run.steps.filter(phase__in=(StepPhase.PLANNED, StepPhase.DISPATCHED)).exists():
-            raise NotEligible("A run with an unfinished step cannot succeed.")
-        planned = len(run.input.get("steps", [])) if isinstance(run.input, dict) else 0
-        dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", []) if not d.get("parent_seq")}
-        done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
-        if done + len(dropped) != planned:
-            raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
+        if run.kind == RunKind.AGENT:
+            if run.steps.filter(phase=StepPhase.DISPATCHED).exists():
+                raise NotEligible("A step of this run is still in flight (dispatched, no result): it cannot succeed.")
+        else:
+            if run.steps.filter(phase__in=(StepPhase.PLANNED, StepPhase.DISPATCHED)).exists():
+                raise NotEligible("A run with an unfinished step cannot succeed.")
+            planned = len(run.input.get("steps", [])) if isinstance(run.input, dict) else 0
+            dropped = {d.get("seq") for d in (run.carry or {}).get("dropped", []) if not d.get("parent_seq")}
+            done = run.steps.filter(parent_seq__isnull=True, seq__lte=planned, phase=StepPhase.COMPLETED).count()
+            if done + len(dropped) != planned:
+                raise NotEligible(f"Only {done} of the plan's {planned} steps completed; the run cannot succeed.")
     if status == RunStatus.STOPPED and run.status != RunStatus.STOPPING:
         raise NotEligible(
             f"Run #{run.pk} was not asked to stop; finish it as failed (with an error code) or succeeded.",
@@ -996,23 +1232,33 @@ def run_finish(*, worker: Worker, run_id: int, epoch: int, status: str, error_co
         )
     now = timezone.now()
     receipt = None
-    if run.status == RunStatus.STOPPING:
+    if diverged is not None:
+        final = RunStatus.FAILED
+    elif run.status == RunStatus.STOPPING:
         final = RunStatus.SUCCEEDED if status == RunStatus.SUCCEEDED else RunStatus.STOPPED
         receipt = {"by": "worker", "epoch": epoch, "at": now.isoformat(), "reported": status}
     else:
         final = status
-    error_code = (error_code or "")[:64]
+    payload = {"error_code": error_code, "receipt": receipt}
+    if diverged is not None:
+        payload["diverged"] = {
+            "seq": diverged["seq"],
+            "saved": diverged["saved"]["tool"],
+            "asked": diverged["asked"]["tool"],
+        }
     return run_end(
         run,
         final,
         actor=worker,
         kind="run_stopped" if final == RunStatus.STOPPED else "run_finished",
-        payload={"error_code": error_code, "receipt": receipt},
+        payload=payload,
         expect=run.status,
         error_code=error_code,
         error_detail=(detail or "")[:10_000],
         finished_at=now,
         stop_receipt=receipt,
+        output=output,
+        diverged=diverged,
     )
 
 

@@ -146,7 +146,8 @@ RUNS = Machine(
         R.QUEUED: frozenset({R.RUNNING, R.CANCELLED, R.STOPPED, R.FAILED}),
         R.RUNNING: frozenset({R.SUCCEEDED, R.FAILED, R.STOPPING, R.INTERRUPTED}),
         # stopping → succeeded: every step had completed before the worker saw the stop.
-        R.STOPPING: frozenset({R.STOPPED, R.SUCCEEDED}),
+        # stopping → failed: an agent run whose replay diverged: it could not go on, stop or not.
+        R.STOPPING: frozenset({R.STOPPED, R.SUCCEEDED, R.FAILED}),
     },
     "run",
 )
@@ -229,6 +230,9 @@ WITH candidate AS (
           SELECT 1 FROM {dep_t} d JOIN {task_t} dt ON dt.id = d.to_task_id
           WHERE d.from_task_id = r.task_id AND dt.status <> '{T.DONE}')
       AND r.id <> ALL(%(skipped)s::bigint[])
+      AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+      AND (%(agents)s::text[] IS NULL OR r.agent_id IN (
+          SELECT ag.id FROM {Agent._meta.db_table} ag WHERE ag.org_id = %(org)s AND ag.name = ANY(%(agents)s::text[])))
     ORDER BY r.queued_since, r.id
     LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
@@ -275,7 +279,9 @@ LEFT JOIN {Agent._meta.db_table} a ON a.id = claimed.agent_id
     return _CLAIM_SQL
 
 
-def claim_queued_run(*, org_id: int, worker, label: str, owner: str, actor: str, now, expires, skipped=()):
+def claim_queued_run(
+    *, org_id: int, worker, label: str, owner: str, actor: str, now, expires, skipped=(), agents=None, kinds=None
+):
     """Claim in one statement (PostgreSQL, inside the caller's transaction): see `_claim_sql`.
 
     Returns (run, None) for a run claimed, with its task, organization and agent attached;
@@ -294,6 +300,9 @@ def claim_queued_run(*, org_id: int, worker, label: str, owner: str, actor: str,
         "now": now,
         "expires": expires,
         "skipped": list(skipped),
+        # None takes any: a worker narrows its claim to some agents and/or some kinds of run.
+        "agents": None if agents is None else list(agents),
+        "kinds": None if kinds is None else list(kinds),
     }
     from tasks.checkpoints import fetch_one
 

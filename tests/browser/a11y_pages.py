@@ -43,6 +43,8 @@ class A11yScenario:
     held_copy: int
     bulk_preview: int  # a bulk preview waiting to be confirmed
     bulk_done: int  # a finished bulk operation: its progress and ledger
+    diverged_task: int  # an agent run whose replay took another path: its card shows both calls
+    agent_run: int  # an agent run that succeeded: its prompt, notice-free steps, token usage and output
 
 
 def a11y_scenario(org, admin) -> A11yScenario:
@@ -65,6 +67,7 @@ def a11y_scenario(org, admin) -> A11yScenario:
         reason="the billing hook dedupes on its request id",
     )
     bulk_preview, bulk_done = bulk_scenario(admin, [unknown.task_id, continuation.task_id, exhausted.task_id])
+    diverged_task, agent_run = agent_scenario(org)
     # A member locked out of signing in from another address (the record django-axes keeps), for the locks page.
     AccessAttempt.objects.create(
         username="victor",
@@ -90,7 +93,38 @@ def a11y_scenario(org, admin) -> A11yScenario:
         exhausted_task=exhausted.task_id,
         settled_task=settled.task_id,
         continuation_task=continuation.task_id,
+        diverged_task=diverged_task,
+        agent_run=agent_run,
     )
+
+
+def agent_scenario(org) -> tuple[int, int]:
+    """Two agent runs of `coder` (a prompt, model turns with tokens): one that diverged on replay, one that
+    returned its output. Claimed by agent, so the other scenarios' queued runs are left alone."""
+    from tasks import services
+    from tests.agents_api import model_args
+    from tests.console.scenarios import worker_of
+
+    make_agent(org, "coder")
+    worker = worker_of(org)
+    runs = []
+    for title in ("Summarise the incident", "Tidy the changelog"):
+        services.task_create(org=org, actor="test", title=title, agent="coder", input={"prompt": title})
+        run = services.run_claim(worker=worker, label="a11y", agents=["coder"])
+        held = {"worker": worker, "run_id": run.pk, "epoch": run.lease_epoch}
+        services.step_plan(**held, seq=1, tool="model", args=model_args({"messages": [title]}))
+        services.step_dispatch(**held, seq=1)
+        services.step_complete(**held, seq=1, ok=True, result={"text": "read it"},
+                               usage={"input_tokens": 812, "output_tokens": 64})  # fmt: skip
+        runs.append((run, held))
+    (diverged, held), (done, done_held) = runs
+    services.run_finish(**held, status="failed", error_code="diverged", diverged={
+        "seq": 2,
+        "saved": {"tool": "file_read", "args": {"path": "incident.md"}},
+        "asked": {"tool": "file_read", "args": {"path": "postmortem.md"}},
+    })  # fmt: skip
+    services.run_finish(**done_held, status="succeeded", output={"summary": "2 entries merged"})
+    return diverged.task_id, done.pk
 
 
 def bulk_scenario(admin, task_ids: list[int]) -> tuple[int, int]:
@@ -192,6 +226,8 @@ PAGES: list[Visit] = [
     Visit("task: settled card", "/tasks/{settled_task}/"),
     Visit("task: continuation waiting for an operator", "/tasks/{continuation_task}/"),
     Visit("run", "/agents/{agent}/runs/{unknown_run}/"),
+    Visit("task: an agent's replay diverged, both calls side by side", "/tasks/{diverged_task}/"),
+    Visit("run of an agent: prompt, tokens, output", "/agents/coder/runs/{agent_run}/"),
     Visit("workers and supervisor", "/workers/"),
     Visit("task: workspace changed, repair confirmations", "/tasks/{workspace_task}/"),
     Visit("run refused by workspace validation, repair controls", "/agents/{agent}/runs/{workspace_run}/"),

@@ -192,6 +192,9 @@ TABLE: dict[str, Row] = {
                          {"epoch": 1, "status": "failed"}),
     "runner-child-task": Row("POST", "runner", expect(401, 403, 403, 403, 409, NA, NA), ("run_id",),
                              {"epoch": 1, "title": "t", "input": {"steps": []}}),
+    # Agents are named per organization: globex's worker registers the tools of globex's own builder.
+    "runner-agent-tools": Row("POST", "runner", expect(401, 403, 403, 403, 200, NA, NA), ("name",),
+                              {"tools": [{"name": "lookup", "mode": "replay", "description": "d"}]}),
     "runner-messages-ack": Row("POST", "runner", expect(401, 403, 403, 403, 409, NA, NA), ("run_id",),
                                {"epoch": 1, "ids": [1]}),
     # --- the Django admin: staff only (none of these people is staff); one row for all its routes --------------

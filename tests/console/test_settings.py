@@ -290,3 +290,49 @@ def test_the_run_card_says_which_mode_a_step_was_planned_with_when_the_agent_cha
     for url in (f"/agents/builder/runs/{run.pk}/", f"/tasks/{run.task_id}/"):
         page = client.get(url).content.decode()
         assert page.count("planned as notify · now replay") == 1, url
+
+
+# --- agent runs: the registered catalogue and who settles an unknown outcome (DESIGN §13) ----------------------
+
+
+def test_the_page_lists_the_tools_an_agents_worker_registered_with_their_descriptions(
+    login, org, agent, admin_user, runner
+):
+    tools = [
+        {"name": "search_docs", "mode": "replay", "description": "Search the product docs"},
+        {"name": "send_mail", "mode": "notify", "description": "Send an email to a customer"},
+    ]
+    assert runner.post("/api/runner/agents/builder/tools/", {"tools": tools}, format="json").status_code == 200
+    client = login(admin_user)
+    mine = section(client.get("/settings/tools/?agent=builder"), agent)
+    words = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", mine)))
+    assert "2 tools registered by its worker" in words
+    assert "search_docs Search the product docs" in words and "send_mail Send an email to a customer" in words
+    assert 'name="mode:file_write"' not in mine  # the built-in list no longer applies to this agent
+    assert 'name="mode:send_mail"' in mine and "notify (default)" in mine
+
+
+def test_an_admin_switches_unknown_outcomes_to_tell_the_agent_with_a_reason_and_the_history_says_so(
+    login, org, agent, admin_user
+):
+    client = login(admin_user)
+    data = form_of(agent, unknown_outcome="tell_agent", was_unknown_outcome="ask_person")
+    refused = client.post("/settings/tools/builder/", data, headers=HX)
+    assert refused.status_code == 409 and "Say why in the reason" in text_of(refused)
+    assert AgentProfile.objects.get(agent=agent).unknown_outcome == "ask_person"
+    saved = client.post("/settings/tools/builder/", {**data, "reason": "its runs check their own files"}, headers=HX)
+    assert saved.status_code == 200
+    assert "unknown outcomes of agent runs: ask a person → tell the agent" in text_of(saved)
+    assert AgentProfile.objects.get(agent=agent).unknown_outcome == "tell_agent"
+    event = Event.objects.filter(kind="profile_updated").order_by("-id").first()
+    assert event.payload["changes"] == [{"setting": "unknown_outcome", "from": "ask_person", "to": "tell_agent"}]
+    body = client.get("/api/agents/builder/settings/").json()
+    assert body["unknown_outcome"] == "tell_agent"
+    assert body["history"][0]["setting"] == "unknown_outcome" and body["history"][0]["to"] == "tell_agent"
+
+
+def test_a_model_turns_mode_cannot_be_overridden(org, agent, admin_user):
+    from tasks.errors import Invalid
+
+    with pytest.raises(Invalid):
+        profile_update(actor=admin_user, profile=agent.profile, modes={"model": "notify"}, reason="no")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.worker.tools import ToolContext, ToolError, ToolInterrupted, run_tool
+from recovery_console.reference.tools import ToolContext, ToolError, ToolInterrupted, run_tool
 
 
 def abandon_after(seconds: float) -> threading.Event:

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 
 from recovery.supervisor import supervise_once
+from recovery_console.reference.tools import ToolContext, run_tool
 from tasks import services
 from tasks.models import Run, Step, Task, WorkspaceFile
-from tasks.worker.tools import ToolContext, run_tool
 from tasks.workspace import store_root
 from tests.conftest import token_client
 from tests.factories import user_token

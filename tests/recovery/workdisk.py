@@ -11,9 +11,9 @@ from pathlib import Path
 
 from recovery.models import RecoveryAction
 from recovery.supervisor import supervise_once
+from recovery_console.reference.tools import ToolContext, changed_files, run_tool
 from tasks import services
 from tasks.models import Run, Task
-from tasks.worker.tools import ToolContext, changed_files, run_tool
 from tests.recovery import engine as e
 
 

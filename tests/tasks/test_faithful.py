@@ -8,9 +8,9 @@ from django.test import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recovery_console.reference.tools import ToolContext, bash, file_read, file_write
 from tasks import payloads
 from tasks.models import Run, Step
-from tasks.worker.tools import ToolContext, bash, file_read, file_write
 from tests.helpers import claim, plan
 
 # Any code point, surrogates included: what a Python str can hold.

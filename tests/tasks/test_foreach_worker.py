@@ -1,11 +1,12 @@
-"""The reference worker's foreach, against a fake runner API: items as nested steps, saved items taken as they were."""
+"""The reference worker's foreach (on the SDK), against a fake runner API: items as nested steps, saved items
+taken as they were."""
 
 from pathlib import Path
 
 import pytest
 
-from tasks.worker.faults import Faults, parse_faults
-from tasks.worker.loop import Outcome
+from recovery_console import Outcome
+from recovery_console.reference.faults import Faults, parse_faults
 from tests.tasks.test_tools import FakeClient, claim_for, execute
 
 
@@ -21,7 +22,7 @@ class RecordingClient(FakeClient):
         super().__init__(**kwargs)
         self.planned: dict[int, tuple] = {}
 
-    def plan(self, run, epoch, seq, tool, args, parent_seq=None):
+    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, give_up=None):
         self.planned[seq] = (tool, args, parent_seq)
         return super().plan(run, epoch, seq, tool, args, parent_seq=parent_seq)
 

@@ -116,7 +116,13 @@ def test_the_claim_reads_the_partial_index_of_queued_runs_not_every_run(org, age
             "now": now,
             "expires": now,
             "skipped": [],
+            "agents": None,
+            "kinds": None,
         }
         cursor.execute("EXPLAIN " + _claim_sql(), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
+        # A worker that claims only some agents' runs, or only agent runs, reads an index of live runs too.
+        cursor.execute("EXPLAIN " + _claim_sql(), {**params, "agents": ["builder"], "kinds": ["agent"]})
+        narrowed = "\n".join(row[0] for row in cursor.fetchall())
     assert "run_queue" in plan, plan
+    assert "Seq Scan on tasks_run" not in narrowed and "Index" in narrowed, narrowed

@@ -1,4 +1,5 @@
-"""The reference worker's tools, fault parsing and step loop; no database, no network beyond 127.0.0.1."""
+"""The reference worker's tools, fault parsing and plan agent (on the SDK); no database, no network beyond
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tasks.worker import client as client_mod
-from tasks.worker.faults import Fault, Faults, parse_faults
-from tasks.worker.loop import Outcome, execute_run, heartbeat_interval
-from tasks.worker.tools import OUTPUT_LIMIT, ToolContext, ToolError, ToolInterrupted, run_tool
+from recovery_console import LeaseLost, Outcome, Refused
+from recovery_console import execute as execute_run
+from recovery_console.client import Reply
+from recovery_console.reference.agent import plan_agent
+from recovery_console.reference.faults import Fault, Faults, parse_faults
+from recovery_console.reference.tools import OUTPUT_LIMIT, ToolContext, ToolError, ToolInterrupted, run_tool
+from recovery_console.run import heartbeat_interval
 
 
 @pytest.fixture
@@ -138,7 +142,7 @@ def test_file_read_keeps_one_mib_and_says_how_large_the_file_is(ws: Path) -> Non
 
 
 def test_file_edit_refuses_a_file_larger_than_it_reads(ws: Path) -> None:
-    from tasks.worker.tools import EDIT_LIMIT
+    from recovery_console.reference.tools import EDIT_LIMIT
 
     (ws / "huge.txt").write_bytes(b"a" * (EDIT_LIMIT + 1))
     with pytest.raises(ToolError, match="file_edit reads files up to"):
@@ -146,7 +150,7 @@ def test_file_edit_refuses_a_file_larger_than_it_reads(ws: Path) -> None:
 
 
 def test_list_files_keeps_its_limit_and_counts_the_rest(ws: Path) -> None:
-    from tasks.worker.tools import LIST_LIMIT
+    from recovery_console.reference.tools import LIST_LIMIT
 
     for i in range(LIST_LIMIT + 5):
         (ws / f"f{i:06d}.txt").touch()
@@ -504,41 +508,41 @@ def test_faults_from_env() -> None:
 
 
 class FakeClient:
-    """Records runner calls; scripted refusals by (method, seq)."""
+    """Records runner calls (the SDK Console's methods); scripted refusals by (method, seq)."""
 
     def __init__(self, *, refuse: dict | None = None, stop_after: int | None = None) -> None:
         self.calls: list[tuple] = []
         self.refuse = refuse or {}
         self.stop_after = stop_after
 
-    def within(self, lease_left):
-        return self  # the real client retries while the lease is live; this one never fails in transport
-
     def _maybe_refuse(self, method: str, seq: int | None = None) -> None:
         exc = self.refuse.pop((method, seq), None)
         if exc is not None:
             raise exc
 
-    def heartbeat(self, run, epoch):
+    def heartbeat(self, run, epoch, *, give_up=None):
         self.calls.append(("heartbeat",))
-        return {"stop_requested": False}
+        return Reply({"stop_requested": False}, time.monotonic())
 
-    def plan(self, run, epoch, seq, tool, args, parent_seq=None):
+    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, give_up=None):
         self._maybe_refuse("plan", seq)
         self.calls.append(("plan", seq, tool))
         return {"seq": seq, "phase": "planned", "recovery_mode": "replay"}
 
-    def dispatch(self, run, epoch, seq):
+    def dispatch(self, run, epoch, seq, *, give_up=None):
         self._maybe_refuse("dispatch", seq)
         self.calls.append(("dispatch", seq))
         return {"phase": "dispatched"}
 
-    def complete(self, run, epoch, seq, ok, result=None, error=None, usage=None, result_too_large=False, files=None):
+    def complete(
+        self, run, epoch, seq, *, ok, result=None, error=None, usage=None, files=None, result_too_large=False,
+        give_up=None,
+    ):  # fmt: skip
         self._maybe_refuse("complete", seq)
         self.calls.append(("complete", seq, ok, result, error, usage, result_too_large))
         return {"phase": "completed" if ok else "failed", "stop_requested": self.stop_after == seq}
 
-    def finish(self, run, epoch, status, error_code=None, detail=None):
+    def finish(self, run, epoch, status, *, error_code=None, detail=None, output=None, diverged=None, give_up=None):
         self._maybe_refuse("finish")
         self.calls.append(("finish", status, error_code))
         return {"status": status}
@@ -549,6 +553,7 @@ class FakeClient:
 
 def claim_for(ws: Path | None, steps: list[dict], **extra) -> dict:
     claim = {"run": 7, "task": 3, "agent": "a", "attempt": 1, "lease_epoch": 1, "input": {"steps": steps}}
+    claim.update({"lease_seconds": 180, "heartbeat_seconds": 60})
     claim.update({"reused": [], "messages": []}, **extra)
     if ws is not None:
         claim["workspace"] = str(ws)
@@ -556,9 +561,12 @@ def claim_for(ws: Path | None, steps: list[dict], **extra) -> dict:
 
 
 def execute(client: FakeClient, claim: dict, faults: Faults | None = None) -> Outcome:
-    return execute_run(
-        client, claim, faults=faults or Faults(), interval=60, lease_seconds=180, shutdown=threading.Event()
-    )
+    faults = faults or Faults()
+
+    def boundary(point, seq, run):
+        faults.check(point, seq, run.attempt, on_hang=run.hang)
+
+    return execute_run(client, claim, plan_agent, shutdown=threading.Event(), on_boundary=boundary)
 
 
 def test_loop_runs_every_step_then_succeeds(ws: Path) -> None:
@@ -611,14 +619,15 @@ def test_loop_stop_requested_in_complete_reply(ws: Path) -> None:
 
 
 def test_loop_dispatch_refused_for_stop(ws: Path) -> None:
-    refusal = client_mod.NotEligible(409, {"code": "not_eligible", "reason": "stop_requested", "detail": "stop"})
+    body = {"code": "not_eligible", "reason": "stop_requested", "detail": "stop"}
+    refusal = Refused("not_eligible", "stop", status=409, body=body)
     client = FakeClient(refuse={("dispatch", 1): refusal})
     assert execute(client, claim_for(ws, [{"tool": "list_files"}])) is Outcome.STOPPED
     assert client.written() == [("plan", 1, "list_files"), ("finish", "stopped", None)]
 
 
 def test_loop_stale_lease_abandons_silently(ws: Path) -> None:
-    stale = client_mod.StaleLease(409, {"code": "stale_lease", "detail": "old epoch"})
+    stale = LeaseLost(detail="old epoch")
     client = FakeClient(refuse={("dispatch", 1): stale})
     steps = [{"tool": "file_write", "args": {"path": "a.txt", "content": "x"}}]
     assert execute(client, claim_for(ws, steps)) is Outcome.ABANDONED
@@ -627,7 +636,7 @@ def test_loop_stale_lease_abandons_silently(ws: Path) -> None:
 
 
 def test_loop_result_too_large_is_completed_without_it(ws: Path) -> None:
-    too_big = client_mod.PayloadTooLarge(413, {"code": "payload_too_large"})
+    too_big = Refused("payload_too_large", "", status=413, body={"code": "payload_too_large"})
     client = FakeClient(refuse={("complete", 1): too_big})
     assert execute(client, claim_for(ws, [{"tool": "list_files"}])) is Outcome.SUCCEEDED
     assert client.written()[2] == ("complete", 1, True, None, None, 1, True)

@@ -1,4 +1,5 @@
-"""Fault injection for the reference worker (`WORKER_FAULT`), for demos and recovery tests.
+"""Fault injection for the reference worker (`WORKER_FAULT`), for demos and recovery tests (moved here from
+`tasks/worker/faults.py`).
 
 `WORKER_FAULT` is a comma-separated list of `kind:seq[@attempt]` items, e.g.
 `crash_after_dispatch:3` or `crash_after_dispatch:3@1,hang_after_dispatch:5`.

@@ -1,4 +1,4 @@
-"""The reference worker's real tools, run inside one task workspace.
+"""The reference worker's real tools, run inside one task workspace (moved here from `tasks/worker/tools.py`).
 
 Pure of Django so it can be tested alone. Every tool takes a `ToolContext` and
 its arguments, and returns a JSON-serializable dict; a refusal or failure is a
@@ -46,6 +46,9 @@ from typing import Any
 
 import httpx
 
+from recovery_console.errors import Interrupted
+from recovery_console.errors import ToolError as StepError
+
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600.0
 OUTPUT_LIMIT = 1024 * 1024  # bytes kept of a command's stdout/stderr, of a file read and of an HTTP body
@@ -64,11 +67,11 @@ MEMORY_FILE = f"{STATE_DIR}/memory.json"
 _SCRUBBED_ENV = ("CONSOLE_WORKER_TOKEN", "WORKER_FAULT", "SECRET_KEY", "DATABASE_URL")
 
 
-class ToolError(Exception):
+class ToolError(StepError):
     """A tool refused or failed; the message is saved as the step's error."""
 
 
-class ToolInterrupted(ToolError):
+class ToolInterrupted(ToolError, Interrupted):
     """The tool gave up because the run was asked to stop (or lost its lease), or the worker's drain time ran out."""
 
 
@@ -340,7 +343,7 @@ def list_files(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
 def file_write(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
     root, real = resolve(ctx.workspace, _str_arg(args, "path"))
     content = args.get("content")
-    # Bytes come from a `{"$bytes": …}` argument (tasks.payloads): written as they are.
+    # Bytes come from a `{"$bytes": …}` argument (recovery_console.payloads): written as they are.
     if not isinstance(content, str | bytes):
         raise ToolError("argument 'content' must be a string (or bytes)")
     if os.path.isdir(real):
@@ -371,7 +374,7 @@ def file_edit(ctx: ToolContext, args: Mapping[str, Any]) -> dict:
 def text_or_bytes(data: bytes, encoding: str = "utf-8") -> str | bytes:
     """`data` as text when it is text in `encoding`; otherwise the bytes themselves, kept whole.
 
-    Nothing is replaced: the checkpoint carries bytes as `{"$bytes": …}` (tasks.payloads).
+    Nothing is replaced: the checkpoint carries bytes as `{"$bytes": …}` (recovery_console.payloads).
     """
     try:
         return data.decode(encoding)
