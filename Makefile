@@ -51,6 +51,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) bin/lint_house.py
 
 # The bench's peers (procrastinate) are an extra of their own: the product never imports them.
 $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed

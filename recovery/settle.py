@@ -9,7 +9,7 @@ and says why. There is no window in which a finished task shows a retry in fligh
 
 from recovery.action_log import action_open
 from recovery.models import ActionKind, ActionStatus, AttemptOutcome, RecoveryAttempt
-from recovery.transitions import ACTIONS
+from recovery.transitions import ACTIONS, ATTEMPTS
 from tasks.models import Run, RunStatus
 from tasks.transitions import Event
 
@@ -31,9 +31,7 @@ def on_run_started(run: Run) -> None:
     attempt = _attempt_of(run)
     if attempt is None:
         return
-    RecoveryAttempt.objects.filter(pk=attempt.pk, outcome=AttemptOutcome.REQUESTED).update(
-        outcome=AttemptOutcome.CONTINUED
-    )
+    ATTEMPTS.move(attempt.pk, AttemptOutcome.CONTINUED, strict=False)
     action = attempt.action
     ACTIONS.move(
         action.pk,
@@ -66,10 +64,10 @@ def on_run_ended(run: Run) -> None:
     if attempt is None:
         return
     if run.started_at is not None:
-        RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=ENDED.get(run.status, AttemptOutcome.FAILED))
+        ATTEMPTS.move(attempt.pk, ENDED.get(run.status, AttemptOutcome.FAILED), strict=False)
         return
     detail = run.error_detail or f"run #{run.pk} was {run.status} before any worker started it"
-    RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=AttemptOutcome.REJECTED, rejected_detail=detail[:300])
+    ATTEMPTS.move(attempt.pk, AttemptOutcome.REJECTED, strict=False, rejected_detail=detail[:300])
     action = attempt.action
     ACTIONS.move(
         action.pk,

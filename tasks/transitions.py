@@ -20,7 +20,7 @@ from django.db.models import F
 
 from tasks.errors import NotEligible
 from tasks.events import event_append
-from tasks.models import Message, MessageStatus, Run, RunStatus, Task, TaskStatus
+from tasks.models import Message, MessageStatus, Run, RunStatus, Step, StepPhase, Task, TaskStatus
 
 
 class IllegalTransition(Exception):
@@ -43,6 +43,7 @@ class Machine:
     table: dict[str, frozenset[str]]
     name: str
     versioned: bool = False  # bump `version` on every move (optimistic concurrency for people)
+    field: str = "status"  # the column this machine moves (a step's `phase`, an attempt's `outcome`, …)
 
     def sources(self, to: str, expect=None) -> tuple[str, ...]:
         allowed = tuple(s for s, targets in self.table.items() if to in targets)
@@ -68,7 +69,7 @@ class Machine:
         obj: models.Model | None = None,
         **fields,
     ) -> int:
-        """Move one row to `to` if its status is an allowed source (or one of `expect`).
+        """Move one row to `to` if its state (`field`) is an allowed source (or one of `expect`).
 
         `where` adds conditions to the compare-and-set (e.g. `version`). Returns
         the row count (0 or 1); with `strict` a 0 raises NotEligible. `obj`, the
@@ -77,15 +78,15 @@ class Machine:
         the caller need not read the row back.
         """
         self._in_transaction()
-        qs = self.model.objects.filter(pk=pk, status__in=self.sources(to, expect))
+        qs = self.model.objects.filter(pk=pk, **{f"{self.field}__in": self.sources(to, expect)})
         if where:
             qs = qs.filter(**where)
         if self.versioned:
             fields["version"] = F("version") + 1
-        updated = qs.update(status=to, **fields)
+        updated = qs.update(**{self.field: to}, **fields)
         if updated != 1:
             if strict:
-                current = self.model.objects.filter(pk=pk).values_list("status", flat=True).first()
+                current = self.model.objects.filter(pk=pk).values_list(self.field, flat=True).first()
                 raise NotEligible(
                     f"{self.name.capitalize()} #{pk} is {current or 'gone'}; it cannot become {to} now.",
                     reason="status_changed",
@@ -93,7 +94,7 @@ class Machine:
                 )
             return 0
         if obj is not None:
-            obj.status = to
+            setattr(obj, self.field, to)
             for name, value in fields.items():
                 if hasattr(value, "resolve_expression"):
                     obj.__dict__.pop(self.model._meta.get_field(name).attname, None)
@@ -118,12 +119,12 @@ class Machine:
         """
         self._in_transaction()
         sources = self.sources(to, expect)
-        ids = list(queryset.filter(status__in=sources).values_list("pk", flat=True))
+        ids = list(queryset.filter(**{f"{self.field}__in": sources}).values_list("pk", flat=True))
         if not ids:
             return []
         if self.versioned:
             fields["version"] = F("version") + 1
-        self.model.objects.filter(pk__in=ids, status__in=sources).update(status=to, **fields)
+        self.model.objects.filter(pk__in=ids, **{f"{self.field}__in": sources}).update(**{self.field: to}, **fields)
         return ids
 
     @staticmethod
@@ -135,7 +136,7 @@ class Machine:
         return to in self.table.get(source, frozenset())
 
 
-R, T, M = RunStatus, TaskStatus, MessageStatus
+R, T, M, P = RunStatus, TaskStatus, MessageStatus, StepPhase
 
 RUNS = Machine(
     Run,
@@ -179,6 +180,18 @@ MESSAGES = Machine(
         M.NOT_DELIVERED: frozenset({M.WAITING}),
     },
     "message",
+)
+
+# A step's checkpoint: planned → dispatched (a worker is about to call it) → completed | failed, once each.
+# The one-statement PostgreSQL paths (tasks/sql/checkpoints.sql) make the same moves, from this table.
+STEPS = Machine(
+    Step,
+    {
+        P.PLANNED: frozenset({P.DISPATCHED}),
+        P.DISPATCHED: frozenset({P.COMPLETED, P.FAILED}),
+    },
+    "step",
+    field="phase",
 )
 
 OPEN_TASK_STATUSES = (T.TODO, T.IN_PROGRESS, T.BLOCKED)
