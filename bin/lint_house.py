@@ -37,8 +37,11 @@ CREATORS = {
 WRITES = ("update", "bulk_update", "update_or_create")
 CREATES = ("create", "get_or_create")
 
-HTML = re.compile(r"<(?:/?(?:div|span|p|a|ul|ol|li|section|article|template|button|form|input|time|table|tr|td|th|"
-                  r"h[1-6]|details|summary|strong|em|br|output|label|select|option|nav|header|footer|main)\b)")  # fmt: skip
+TAGS = (
+    "div span p a ul ol li section article template button form input time table tr td th h1 h2 h3 h4 h5 h6 "
+    "details summary strong em br output label select option nav header footer main"
+).split()
+HTML = re.compile(r"</?(?:" + "|".join(TAGS) + r")\b")
 HTML_NOT_YET = {"console/live.py", "console/relay.py", "console/ops_live.py"}
 
 
