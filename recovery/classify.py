@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import batches
-from tasks.batches import FOREACH, NESTED_BASE, item_args, item_position, parse_batch
+from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
 REUSE = "reuse"
 NOT_DISPATCHED = "not_dispatched"
@@ -362,7 +362,7 @@ def batch_states(facts: RunFacts, seq: int, items: list[StepVerdict]) -> list[st
     batch = _batch(step.args) if step is not None else None
     saved = {item_position(k.seq, seq): batches.item_state(k.verdict, k.reason) for k in items}
     total = len(batch.items) if batch is not None else max(saved, default=0)
-    dropped = [item_position(d, seq) for d in facts.dropped if d // NESTED_BASE == seq]
+    dropped = [item_position(d, seq) for d in facts.dropped if parent_of(d) == seq]
     return batches.item_states(total, saved, dropped)
 
 

@@ -17,7 +17,7 @@ from recovery.action_log import action_open
 from recovery.models import ActionKind
 from recovery.presenter import notice_text, run_status_phrase
 from recovery.selectors import diagnose, run_facts
-from tasks.batches import FOREACH, NESTED_BASE
+from tasks.batches import FOREACH, parent_of
 from tasks.errors import NotEligible
 from tasks.events import event_append
 from tasks.holds import Hold
@@ -99,7 +99,7 @@ def continuation_blocked(task, source: Run) -> Blocked | None:
             (
                 r.seq
                 for r in diagnosis.reasons
-                if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == unknown[0].seq
+                if r.code == "unknown_outcome" and r.seq is not None and parent_of(r.seq) == unknown[0].seq
             ),
             None,
         )

@@ -21,7 +21,7 @@ from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
-from tasks.batches import NESTED_BASE
+from tasks.batches import item_position, parent_of
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
 from tasks.events import event_append
 from tasks.holds import Hold
@@ -260,7 +260,7 @@ def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
         (
             r.seq
             for r in diagnosis.reasons
-            if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == verdict.seq
+            if r.code == "unknown_outcome" and r.seq is not None and parent_of(r.seq) == verdict.seq
         ),
         None,
     )
@@ -276,7 +276,7 @@ def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
         "recovery_mode": step.recovery_mode,
     }
     if step.parent_seq is not None:
-        evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
+        evidence.update({"parent_seq": step.parent_seq, "item": item_position(step.seq, step.parent_seq)})
     source = Run.objects.select_related("task").get(pk=source.pk)
     return action_open(
         run=source,

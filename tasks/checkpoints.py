@@ -15,6 +15,7 @@ import json
 from django.db import connection
 
 from tasks import sql
+from tasks.event_kinds import registered
 from tasks.events import actor_name
 from tasks.models import AgentProfile, Event, RecoveryMode, Run, RunKind, RunStatus, Step, StepPhase, Task
 from tasks.modes import DEFAULT_MODES, FORGET
@@ -45,7 +46,9 @@ def _held(statuses: tuple[str, ...], *, budget_free: bool = False, plan_runs: bo
     return sql.named("checkpoints", "held_run", run_t=Run._meta.db_table, statuses=sql.quoted(statuses), extra=extra)
 
 
-def _event(kind_sql: str, payload_sql: str) -> str:
+def _event(kind: str, payload_sql: str) -> str:
+    """The step's event: a registered kind, or `%(kind)s` (the statement's parameter, step_completed or step_failed)."""
+    kind_sql = kind if kind == "%(kind)s" else f"'{registered(kind)}'"
     return sql.named("checkpoints", "step_event", event_t=Event._meta.db_table, kind=kind_sql, payload=payload_sql)
 
 
@@ -77,7 +80,7 @@ _NAMES = {
 }
 
 PLAN_SQL = sql.named(
-    "checkpoints", "plan_step", held=_held(_LEASED, plan_runs=True), event=_event("'step_planned'", _PLANNED_PAYLOAD),
+    "checkpoints", "plan_step", held=_held(_LEASED, plan_runs=True), event=_event("step_planned", _PLANNED_PAYLOAD),
     **_NAMES,
 )  # fmt: skip
 
@@ -85,7 +88,7 @@ DISPATCH_SQL = sql.named(
     "checkpoints",
     "dispatch_step",
     held=_held((RunStatus.RUNNING,)),
-    event=_event("'step_dispatched'", "jsonb_build_object('seq', s.seq, 'tool', s.tool)"),
+    event=_event("step_dispatched", "jsonb_build_object('seq', s.seq, 'tool', s.tool)"),
     **_NAMES,
 )
 
@@ -141,7 +144,7 @@ def complete(
             "error": error,
             "usage": usage,
             "usage_detail": None if usage_detail is None else json.dumps(usage_detail),
-            "kind": "step_completed" if ok else "step_failed",
+            "kind": registered("step_completed" if ok else "step_failed"),
             "manifest_tools": list(MANIFEST_TOOLS),
         },
     )

@@ -21,6 +21,7 @@ from django.db.models import F
 
 from tasks import sql
 from tasks.errors import NotEligible
+from tasks.event_kinds import registered
 from tasks.events import event_append
 from tasks.models import (
     Agent,
@@ -250,6 +251,7 @@ def claim_sql() -> str:
         task_columns=sql.columns(Task, "moved"),
         org_columns=sql.columns(Organization, "o"),
         agent_columns=sql.columns(Agent, "a"),
+        claimed_kind=registered("run_claimed"),
     )
 
 

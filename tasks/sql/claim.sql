@@ -2,7 +2,7 @@
 -- Placeholders: {run_t} {task_t} {dep_t} {msg_t} {agent_t} {event_t} {instance_t} {org_t} tables;
 -- {queued}/{running} and {run_from} the run's move (RUNS' table); {task_from}/{in_progress} the task's (TASKS');
 -- {open_tasks} the open task statuses; {done} a finished dependency; {waiting} a waiting follow-up;
--- {run_columns} {task_columns} {org_columns} {agent_columns} the columns returned.
+-- {run_columns} {task_columns} {org_columns} {agent_columns} the columns returned; {claimed_kind} the event's kind.
 
 -- name: claim_run
 WITH candidate AS (
@@ -40,7 +40,7 @@ WITH candidate AS (
     RETURNING t.*
 ), event AS (
     INSERT INTO {event_t} (org_id, task_id, run_id, kind, actor, payload, created_at)
-    SELECT claimed.org_id, claimed.task_id, claimed.id, 'run_claimed', %(actor)s,
+    SELECT claimed.org_id, claimed.task_id, claimed.id, '{claimed_kind}', %(actor)s,
            jsonb_build_object('epoch', claimed.lease_epoch, 'owner', claimed.lease_owner,
                               'attempt', claimed.attempt, 'continues', claimed.continues_id,
                               'messages_delivered', '[]'::jsonb),

@@ -90,7 +90,7 @@ def test_every_move_outside_the_table_is_refused_and_every_move_inside_it_is_mad
     with transaction.atomic():
         if allowed:
             moved = machine.move(
-                row.pk, target, expect=source, event=TransitionEvent("test_move", "test", org.pk, None, None), **extra
+                row.pk, target, expect=source, event=TransitionEvent("run_queued", "test", org.pk, None, None), **extra
             )
             assert moved == 1
         else:
