@@ -12,12 +12,12 @@ import json
 from dataclasses import dataclass
 
 from recovery import classify as c
+from recovery.classify import WORKSPACE_KINDS
 from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.holds import Hold, TaskFacts, task_hold
 
 ACTIONS = ("retry", "cancel", "pause", "resume", "continue", "decide")
 OUTCOMES = ("performed", "not_performed", "unresolved", "agent_verifies")  # the last: agent runs only
-WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 LIVE_RUN = ("queued", "running", "stopping")
 CLOSED = ("done", "cancelled")
 

@@ -31,6 +31,8 @@ CHAIN_MAX_RUNS = 32
 UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
 # Causes of an action no attempt can get past: what remains is Start over, a cancel, or closing the task.
 # `diverged`: an agent took another path on replay; continuing would replay into the same fork.
+# The action kinds about a workspace (recovery.models.ActionKind): an admin repairs them; they never age or retry.
+WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 NOT_RECOVERABLE = ("corrupt_checkpoint", "diverged", *UNAVAILABLE)
 
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import presenter, workspaces
+from recovery.action_log import action_open, action_open_for
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
 from recovery.gates import BOUNDS, first_closed_gate
@@ -223,8 +224,6 @@ def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
             reasons=[r.as_dict() for r in reasons],
         )
     if blocked is not None and blocked.kind == "exhausted":
-        from recovery.actions import action_open_for
-
         source = Run.objects.select_related("task").get(pk=source.pk)
         return _bound(action_open_for(source, blocked.diagnosis, actor=user, **blocked.action_kwargs()))
     if blocked is not None and blocked.kind == "unknown_outcome":
@@ -255,7 +254,6 @@ def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
 
 
 def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
-    from recovery.actions import action_open
 
     # A batch's decision is about its item of unknown outcome (the diagnosis names it), never the whole batch.
     item = next(

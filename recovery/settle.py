@@ -7,7 +7,8 @@ attempt's real outcome; a continuation that ended before any worker started it
 and says why. There is no window in which a finished task shows a retry in flight.
 """
 
-from recovery.models import ActionStatus, AttemptOutcome, RecoveryAttempt
+from recovery.action_log import action_open
+from recovery.models import ActionKind, ActionStatus, AttemptOutcome, RecoveryAttempt
 from recovery.transitions import ACTIONS
 from tasks.models import Run, RunStatus
 from tasks.transitions import Event
@@ -94,8 +95,6 @@ def _open_diverged(run: Run) -> None:
 
     Its evidence carries both calls of the step; what remains is Start over or a cancel (never a resume).
     """
-    from recovery.actions import action_open
-    from recovery.models import ActionKind
 
     d = run.diverged
     seq = d.get("seq")
