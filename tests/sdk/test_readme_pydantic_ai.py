@@ -34,7 +34,7 @@ def test_the_readme_pydantic_ai_example_serves_an_agent_run_to_its_output(
     assert len(code.splitlines()) <= 30
     script = tmp_path / "invoicer.py"
     script.write_text(code)
-    task, run = agent_task(org, "Invoice Ada for 120")
+    _, run = agent_task(org, "Invoice Ada for 120")
     proc = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=tmp_path,

@@ -85,7 +85,11 @@ def conversation(messages: list[ModelMessage]) -> dict:
                 elif kind == "user-prompt":
                     out.append({"role": "user", "content": _content(part)})
                 elif kind == "tool-return":
-                    out.append({"role": "tool", "tool": part.tool_name, "content": _content(part)})
+                    entry = {"role": "tool", "tool": part.tool_name, "content": _content(part)}
+                    outcome = getattr(part, "outcome", "success")
+                    if outcome != "success":  # retried, failed, denied: the model reads it as such
+                        entry["outcome"] = outcome
+                    out.append(entry)
                 elif kind == "retry-prompt":
                     out.append({"role": "retry", "tool": part.tool_name, "content": _content(part)})
                 else:
