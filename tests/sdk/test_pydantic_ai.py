@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import FunctionModel
 
 from recovery.models import RecoveryAction
-from recovery_console.pydantic_ai import durable
+from recovery_console.pydantic_ai import DurableModel, DurableToolset, durable
 from tasks.models import Run, Step
 from tests.recovery.test_end_to_end import lapse_and_supervise
 from tests.sdk.conftest import agent_task
@@ -30,7 +30,7 @@ def returns(messages):
     return [p for p in parts if p.part_kind == "tool-return" and p.outcome == "success"]
 
 
-def make(calls: dict, *, instructions="Pay the bill.", die_in_pay=False, retry_once=False):
+def make(calls: dict, *, instructions="Pay the bill.", die_in_pay=False, retry_once=False, talk=True):
     """An agent that looks the bill up, pays it, and answers; `calls` counts its model and tool calls."""
 
     def model(messages, info):
@@ -40,7 +40,8 @@ def make(calls: dict, *, instructions="Pay the bill.", die_in_pay=False, retry_o
         if "lookup" not in names:
             return ModelResponse(parts=[ToolCallPart("lookup", {"bill": "B-7"})])
         if "pay" not in names:
-            return ModelResponse(parts=[TextPart("Paying it."), ToolCallPart("pay", {"amount": 40})])
+            said = [TextPart("Paying it.")] if talk else []  # a streamed run ends at its first text
+            return ModelResponse(parts=[*said, ToolCallPart("pay", {"amount": 40})])
         return ModelResponse(parts=[TextPart(json.dumps({"paid": True, "told": done[-1].content}))])
 
     agent = Agent(FunctionModel(model), instructions=instructions)
@@ -134,3 +135,23 @@ def test_a_tools_model_retry_is_saved_and_replayed_as_the_same_retry(daphne_serv
     # The replayed retry sent the model the same retry prompt, so its saved turns matched: no divergence.
     assert second.status == "succeeded", second.error_detail
     assert calls.get("lookup") is None and len(calls["model"]) == 1
+
+
+def test_a_streamed_model_request_is_a_checkpointed_step_too(daphne_server, org, coder, console, serving):
+    calls = {}
+    agent = make(calls, talk=False)
+
+    async def streamed(run):
+        # DurableModel on its own, under a streamed run: the response is checkpointed whole, then streamed.
+        toolsets = [DurableToolset(t, run) for t in agent.toolsets]
+        with agent.override(model=DurableModel(agent.model, run), toolsets=toolsets, tools=[]):
+            async with agent.run_stream(run.prompt) as result:
+                return await result.get_output()
+
+    _, run = agent_task(org, "Pay bill B-7.")
+    serving(console, "coder", streamed).join()
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error_detail
+    steps = [s.tool for s in Step.objects.filter(run=run).order_by("seq")]
+    assert steps == ["model", "lookup", "model", "pay", "model"]
+    assert json.loads(run.output)["paid"] is True and len(calls["model"]) == 3

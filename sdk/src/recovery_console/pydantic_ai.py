@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +42,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     UserPromptPart,
 )
-from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
@@ -150,18 +151,27 @@ class DurableModel(WrapperModel):
             raise RuntimeError(f"model turn {record.seq} came back as a notice: {record.text}")
         return _response(record)
 
+    @asynccontextmanager
+    async def request_stream(self, messages, model_settings, model_request_parameters, run_context=None):
+        # A streamed request is a step like any other: the whole response is checkpointed, then replayed as
+        # events (the wrapped model's own stream would reach the model without a checkpoint).
+        response = await self.request(messages, model_settings, model_request_parameters)
+        yield CompletedStreamedResponse(response, model_request_parameters=model_request_parameters, replay_events=True)
+
 
 class DurableToolset(WrapperToolset):
     """A pydantic-ai toolset whose every tool call is a checkpointed step of `run`, with the tool's mode."""
 
-    def __init__(self, wrapped: AbstractToolset, run: Run, catalogue: _Catalogue):
+    def __init__(self, wrapped: AbstractToolset, run: Run, catalogue: _Catalogue | None = None):
         super().__init__(wrapped)
         self.run = run
-        self.catalogue = catalogue
+        self.catalogue = catalogue  # `durable`'s: a tool first listed at run time joins the agent's catalogue
 
     async def get_tools(self, ctx):
         tools = await self.wrapped.get_tools(ctx)
-        await asyncio.to_thread(self.catalogue.learn, self.run, {n: t.tool_def.description for n, t in tools.items()})
+        if self.catalogue is not None:
+            listed = {n: t.tool_def.description for n, t in tools.items()}
+            await asyncio.to_thread(self.catalogue.learn, self.run, listed)
         return tools
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx, tool) -> Any:
