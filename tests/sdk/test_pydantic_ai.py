@@ -10,10 +10,12 @@ import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
 
 from recovery.models import RecoveryAction
 from recovery_console.pydantic_ai import DurableModel, DurableToolset, durable
 from tasks.models import Run, Step
+from tests.factories import user_token
 from tests.recovery.test_end_to_end import lapse_and_supervise
 from tests.sdk.conftest import agent_task
 from tests.sdk.test_agent_process import decide
@@ -155,3 +157,33 @@ def test_a_streamed_model_request_is_a_checkpointed_step_too(daphne_server, org,
     steps = [s.tool for s in Step.objects.filter(run=run).order_by("seq")]
     assert steps == ["model", "lookup", "model", "pay", "model"]
     assert json.loads(run.output)["paid"] is True and len(calls["model"]) == 3
+
+
+def test_a_tool_first_listed_at_run_time_joins_the_agents_catalogue_with_its_mode(
+    daphne_server, org, coder, console, serving, admin_user, make_token_client
+):
+    calls = {}
+    agent = make(calls)
+
+    @agent.toolset
+    def receipts(ctx):  # a toolset the agent builds per run, like an MCP server's: unknown before it runs
+        def email_receipt(to: str) -> str:
+            """Email the receipt."""
+            return f"emailed {to}"
+
+        return FunctionToolset([email_receipt])
+
+    fn = durable(agent, modes={"email_receipt": "forget"} | MODES)
+    assert {t.name for t in fn.tools} == {"lookup", "pay", "email_receipt"}
+    bare = durable(agent, modes=MODES)
+    assert "email_receipt" not in {t.name for t in bare.tools}
+
+    _, run = agent_task(org, "Pay bill B-7.")
+    serving(console, "coder", bare).join()
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error_detail
+    settings = make_token_client(user_token(admin_user)).get("/api/agents/coder/settings/").json()
+    listed = {t["tool"]: t for t in settings["tools"]}
+    assert listed["email_receipt"]["default"] == "notify"  # not named in modes: notify
+    assert listed["email_receipt"]["description"] == "Email the receipt."
+    assert listed["pay"]["default"] == "notify" and listed["lookup"]["default"] == "replay"

@@ -29,7 +29,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent, ModelRetry
@@ -159,13 +159,14 @@ class DurableModel(WrapperModel):
         yield CompletedStreamedResponse(response, model_request_parameters=model_request_parameters, replay_events=True)
 
 
+@dataclass
 class DurableToolset(WrapperToolset):
-    """A pydantic-ai toolset whose every tool call is a checkpointed step of `run`, with the tool's mode."""
+    """A pydantic-ai toolset whose every tool call is a checkpointed step of `run`, with the tool's mode.
 
-    def __init__(self, wrapped: AbstractToolset, run: Run, catalogue: _Catalogue | None = None):
-        super().__init__(wrapped)
-        self.run = run
-        self.catalogue = catalogue  # `durable`'s: a tool first listed at run time joins the agent's catalogue
+    A dataclass, as `WrapperToolset` is: pydantic-ai copies it per run (`dataclasses.replace`)."""
+
+    run: Run
+    catalogue: _Catalogue | None = None  # `durable`'s: a tool first listed at run time joins the agent's catalogue
 
     async def get_tools(self, ctx):
         tools = await self.wrapped.get_tools(ctx)
@@ -187,9 +188,6 @@ class DurableToolset(WrapperToolset):
         if isinstance(result, Mapping) and set(result) == {RETRY}:
             raise ModelRetry(result[RETRY])
         return result
-
-    def visit_and_replace(self, visitor):
-        return replace(self, wrapped=self.wrapped.visit_and_replace(visitor))
 
 
 class _Catalogue:
