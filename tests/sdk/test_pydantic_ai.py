@@ -187,3 +187,52 @@ def test_a_tool_first_listed_at_run_time_joins_the_agents_catalogue_with_its_mod
     assert listed["email_receipt"]["default"] == "notify"  # not named in modes: notify
     assert listed["email_receipt"]["description"] == "Email the receipt."
     assert listed["pay"]["default"] == "notify" and listed["lookup"]["default"] == "replay"
+
+
+def counting(seen: list, die_at_results: int | None = None):
+    """An agent that calls `step` three times, then answers with the user prompts it saw; it dies at the model
+    call that follows `die_at_results` tool results. `seen` gets the user prompts of every model call."""
+
+    def model(messages, info):
+        parts = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts]
+        users = [p.content for p in parts if p.part_kind == "user-prompt"]
+        results = [p for p in parts if p.part_kind == "tool-return"]
+        seen.append(users)
+        if len(results) == die_at_results:
+            raise Died("cut off in a model call")
+        if len(results) < 3:
+            return ModelResponse(parts=[ToolCallPart("step", {"n": len(results)})])
+        return ModelResponse(parts=[TextPart(json.dumps(users))])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def step(n: int) -> int:
+        return n
+
+    return agent
+
+
+def test_a_follow_up_read_by_a_run_that_then_died_joins_the_next_replay_where_it_joined_before(
+    daphne_server, org, coder, console, serving, api
+):
+    task, first = agent_task(org, "Count to three.")
+    serving(console, "coder", durable(counting([], die_at_results=2))).join()  # dies in its third turn
+    assert api.post(f"/api/tasks/{task.pk}/messages/", {"body": "Say hello."}, format="json").status_code == 201
+    lapse_and_supervise(first)
+    second = Run.objects.get(continues=first)
+    seen = []
+    serving(console, "coder", durable(counting(seen, die_at_results=3))).join()  # reads it, dies in turn 4
+    assert seen == [["Count to three.", "Say hello."], ["Count to three.", "Say hello."]]
+    assert api.get(f"/api/tasks/{task.pk}/").json()["messages"][0]["status"] == "read"
+    lapse_and_supervise(second)
+    third = Run.objects.get(continues=second)
+    assert third.messages.count() == 0  # read: no claim carries it again
+
+    seen = []
+    serving(console, "coder", durable(counting(seen))).join()
+    third.refresh_from_db()
+    # Its replay put the follow-up back where the second run read it: no divergence, and one model call.
+    assert third.status == "succeeded", (third.error_code, third.error_detail)
+    assert seen == [["Count to three.", "Say hello."]]
+    assert json.loads(third.output) == ["Count to three.", "Say hello."]

@@ -14,7 +14,9 @@ the seams of its own durable-execution integrations), without changing the agent
 - every tool call is a step of that tool (its mode comes from `modes`; a tool not named there is `notify`).
   A saved result is returned without calling the tool; a step someone decided comes back to the model as
   the tool's result: the notice's sentence (`Notice.text`);
-- the follow-ups a continuation carries join the conversation as user prompts where replay ends, once;
+- the follow-ups a continuation carries join the conversation as user prompts where replay ends, once; one
+  that an earlier run of the chain read (then died) joins the replay again where it joined then (the saved
+  model request says where);
 - the agent's tools (those of its function toolsets, and any named in `modes`) are the agent's catalogue:
   `serve` registers them at start; a tool that shows up only at run time (an MCP server's) is registered
   when it is first listed.
@@ -48,8 +50,9 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_core import to_jsonable_python
 
+from recovery_console import payloads
 from recovery_console.client import MODES, Tool
-from recovery_console.run import Notice, Run
+from recovery_console.run import MODEL, Notice, Run
 
 __all__ = ["DurableModel", "DurableToolset", "conversation", "durable"]
 
@@ -224,6 +227,26 @@ def _function_tools(agent: Agent) -> dict[str, str]:
     return found
 
 
+def _read_before(run: Run, messages: list[ModelMessage]) -> list[Any]:
+    """The follow-ups the saved model turn about to be replayed was asked with and this conversation lacks.
+
+    They were read by an earlier run of the chain (acknowledged, so no claim carries them again), where its
+    replay ended: the saved request is this conversation plus those user prompts at its end.
+    """
+    saved = run.upcoming
+    if not saved or saved.get("tool") != MODEL or not isinstance(saved.get("args"), Mapping):
+        return []
+    request = payloads.decode(saved["args"].get("request"))
+    if not isinstance(request, Mapping) or not isinstance(request.get("messages"), list):
+        return []
+    said = [m for m in request["messages"] if m.get("role") != "instructions"]
+    now = [m for m in conversation(messages)["messages"] if m.get("role") != "instructions"]
+    extra = said[len(now) :]
+    if said[: len(now)] != now or not extra or any(m.get("role") != "user" for m in extra):
+        return []
+    return [m.get("content") for m in extra]
+
+
 def durable(agent: Agent, *, modes: Mapping[str, str] = {}) -> Callable[[Run], Any]:
     """The function `serve` calls for each run of `agent`: it runs the agent on the run's prompt and follow-ups
     and returns its output. `modes`: the recovery mode of each tool (`replay`, `notify`, `forget`); a tool not
@@ -245,7 +268,12 @@ def durable(agent: Agent, *, modes: Mapping[str, str] = {}) -> Callable[[Run], A
         ):
             async with agent.iter(run.prompt) as agent_run:
                 read = False
-                async for _node in agent_run:
+                async for node in agent_run:
+                    if Agent.is_model_request_node(node) and run.replaying:
+                        # Follow-ups an earlier run of the chain read join again where they joined then.
+                        earlier = _read_before(run, [*agent_run.all_messages(), node.request])
+                        if earlier:
+                            agent_run.enqueue(*(UserPromptPart(body) for body in earlier))
                     # Follow-ups join where replay ends, so the saved turns' requests stay what they were.
                     if not read and not run.replaying:
                         read = True
