@@ -1757,6 +1757,7 @@ BULK_REASONS = {
     "recovery_unavailable": "recovery of its run is unavailable: start over or cancel",
     "duplicate_risk_not_accepted": "it would run an operation of unknown outcome again, and the duplicate risk "
     "was not accepted",
+    "not_agent_run": "its run is a scripted plan: only an agent run's agent can verify a call itself",
     "already_paused": "it is already paused",
     "not_paused": "it is not paused",
     "run_live": "a run of it is still queued or running",
