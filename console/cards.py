@@ -36,7 +36,9 @@ def action_context(
         else []
     )
     diverged = action.kind == ActionKind.DIVERGED
+    unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
     return {
+        "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
         "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
@@ -60,6 +62,22 @@ def action_context(
         "message_code": message_code,
         "typed": typed or {},
     }
+
+
+def _model_reason(action: RecoveryAction, task_runs=None):
+    """The model's reason for the cut-off call: its last text before the call (one query without `task_runs`)."""
+    if action.seq is None:
+        return None
+    if task_runs is not None and action.run_id in task_runs:
+        steps = task_runs[action.run_id].step_list
+    else:
+        steps = list(
+            Step.objects.filter(run_id=action.run_id, tool="model", parent_seq__isnull=True, seq__lt=action.seq)
+            .order_by("-seq")
+            .only("seq", "tool", "parent_seq", "phase", "result")[:20]
+        )
+    text = conversation.reason_for_call(steps, action.seq)
+    return conversation.text_of(text) if text else None
 
 
 def _parse(value):
