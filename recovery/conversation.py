@@ -464,7 +464,7 @@ def conversation(
 
     def followup(m) -> FollowUp:
         author = m.author.username if getattr(m, "author", None) else "someone"
-        _, line = presenter.followup_line(m, wait_text="", closed=False)
+        _, line = presenter.followup_line(m, wait_text="", closed=True)  # not_delivered: only why
         return FollowUp(
             author, m.created_at, m.read_at, text_of(m.body), line, followup_heading_of(author, m.created_at)
         )
