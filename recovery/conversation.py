@@ -412,6 +412,10 @@ def _handed_over(step, continued_in) -> Line | None:
                 who = n.get("decided_by") or f"its setting ({presenter.SETTING_WORDS})"
                 return (f"run #{continued_in.pk}{queued} hands it to the agent to verify — decided by {who}",
                         *((": ", Said(n["note"])) if n.get("note") else ()))  # fmt: skip
+            if n.get("decision") == "performed":
+                return (f"run #{continued_in.pk}{queued} does not run it again: decided it happened — "
+                        f"{n.get('decided_by') or 'someone'}", *((": ", Said(n["note"])) if n.get("note") else ()),
+                        "; the agent is told so")  # fmt: skip
             if n.get("decision") == "dropped":
                 return (f"run #{continued_in.pk}{queued} tells the agent it was dropped (forget mode)",)
     return None

@@ -223,3 +223,21 @@ def test_the_run_pages_push_draws_the_conversation_as_a_reload_does(api, runner,
     reloaded = outer_html(get(operator, f"/agents/coder/runs/{agent.run}/"), f"conversation-{agent.run}")
     assert section.replace(' hx-swap-oob="true"', "") == reloaded
     assert "file_write step 2 running" in visible_text(section)
+
+
+def test_a_cut_off_call_decided_performed_says_who_decided_it_in_the_run_it_was_cut_off_in(api, runner, coder, viewer):
+    from tests.console.conversation_scenario import decide
+
+    _, first, action = parked(api, runner)
+    decide(api, action, "performed", note="notes.md is on disk")
+    Agent.claims(runner)  # the continuation starts
+    _, text = talk(viewer, first.run)
+    assert (
+        f"file_write step 4 unknown outcome — run #{first.run + 1} does not run it again: decided it happened — "
+        "olive: notes.md is on disk ; the agent is told so" in text  # (the quoted note is its own text node)
+    ), text
+    _, second = talk(viewer, first.run + 1)
+    assert (
+        "file_write step 4 marked performed — marked performed by olive: notes.md is on disk — no saved result"
+        in second
+    )
