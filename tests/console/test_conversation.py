@@ -204,7 +204,14 @@ def test_model_replies_are_read_in_the_shapes_frameworks_save():
     openai = {"choices": [{"message": {"content": "Writing it.", "tool_calls": [
         {"function": {"name": "file_write", "arguments": '{"path": "a.md"}'}}]}}]}  # fmt: skip
     plain = {"text": "Writing it.", "call": {"name": "file_write", "args": {"path": "a.md"}}}
-    for reply in (pydantic_ai, anthropic, openai, plain):
+    # The SDK's pydantic-ai adapter: its text and calls, read once (not again from the whole response it keeps).
+    adapter = {
+        "text": "Writing it.",
+        "calls": [{"name": "file_write", "args": {"path": "a.md"}}],
+        "response": {"kind": "response", **pydantic_ai},
+        "usage": {"input_tokens": 5, "output_tokens": 2},
+    }
+    for reply in (pydantic_ai, anthropic, openai, plain, adapter):
         got = model_reply(reply)
         assert got.text == "Writing it." and got.calls == (("file_write", {"path": "a.md"}),), reply
     assert model_reply("just text").text == "just text" and model_reply(None).text == ""
