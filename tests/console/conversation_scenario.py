@@ -21,6 +21,8 @@ PROMPT = "Write the release notes for 1.4 into notes.md, from a.md."
 REASON = "a.md lists two changes. I will write them into notes.md now."
 LONG = "\n".join(f"Line {i} of what the model thought about the release." for i in range(1, 15))
 FOLLOW_UP = "Mention the login fix too, please."
+# An unbroken word longer than a phone is wide: the page wraps it rather than scrolling sideways.
+URL = "https://example.invalid/changelog/" + "login-no-longer-times-out-" * 6
 WRITE = ("file_write", {"path": "notes.md", "content": "# 1.4\n- sync is faster\n"})
 
 
@@ -71,8 +73,10 @@ def three_runs(api, runner) -> Chain:
     ids = [m["id"] for m in second.claim["messages"]]
     assert ids and second.post("messages/ack/", {"ids": ids}).status_code == 200
     second.turn(5, {"messages": [PROMPT, "a.md", "notice", FOLLOW_UP]}, LONG, tokens=(500, 30))
-    second.call(6, "file_check", {"path": "notes.md"}, {"exists": False})
-    second.turn(7, {"messages": ["…", "missing"]}, "notes.md is missing: writing it again.", tokens=(600, 25))
+    second.call(6, "file_check", {"path": "notes.md", "source": URL}, {"exists": False})
+    second.turn(
+        7, {"messages": ["…", "missing"]}, f"notes.md is missing: writing it again. See {URL}", tokens=(600, 25)
+    )
     second.call(8, *WRITE)
     second.cut_off(9, "model", model_args({"messages": ["…", "written"]}))
     report = lapse_and_supervise()
