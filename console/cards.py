@@ -66,17 +66,19 @@ def action_context(
 
 def _model_reason(action: RecoveryAction, task_runs=None):
     """The model's reason for the cut-off call: its last text before the call (one query without `task_runs`)."""
-    if action.seq is None:
+    # A batch item's or nested call's reason is its parent's: the turn before the top-level step that holds it.
+    seq = (action.evidence or {}).get("parent_seq") or action.seq
+    if not isinstance(seq, int):
         return None
     if task_runs is not None and action.run_id in task_runs:
         steps = task_runs[action.run_id].step_list
     else:
         steps = list(
-            Step.objects.filter(run_id=action.run_id, tool="model", parent_seq__isnull=True, seq__lt=action.seq)
+            Step.objects.filter(run_id=action.run_id, tool="model", parent_seq__isnull=True, seq__lt=seq)
             .order_by("-seq")
             .only("seq", "tool", "parent_seq", "phase", "result")[:20]
         )
-    text = conversation.reason_for_call(steps, action.seq)
+    text = conversation.reason_for_call(steps, seq)
     return conversation.text_of(text) if text else None
 
 

@@ -473,7 +473,9 @@ def conversation(
             author, m.created_at, m.read_at, text_of(m.body), line, followup_heading_of(author, m.created_at)
         )
 
-    for step in run.step_list:
+    # Nested calls (numbered parent_seq * NESTED_BASE + i) right after their parent, not after later turns.
+    ordered = sorted(run.step_list, key=lambda s: (s.seq if s.parent_seq is None else s.parent_seq, s.seq))
+    for step in ordered:
         # The follow-ups the agent read before this step was planned join the conversation here.
         while read and step.reused_from_id is None and read[0].read_at <= step.planned_at:
             entries.append(Entry("followup", followup=followup(read.pop(0))))

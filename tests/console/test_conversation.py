@@ -248,3 +248,18 @@ def test_a_cut_off_call_decided_performed_says_who_decided_it_in_the_run_it_was_
         "file_write step 4 marked performed — marked performed by olive: notes.md is on disk — no saved result"
         in second
     )
+
+
+def test_a_calls_nested_calls_follow_it_not_the_later_turns(api, runner, coder, viewer):
+    prompt_task(api, PROMPT)
+    agent = Agent.claims(runner)
+    agent.turn(1, {"m": 1}, "Ask the helper.")
+    agent.call(2, "research", {"prompt": "list the changes"})
+    item = agent.post("steps/", {"seq": 200001, "parent_seq": 2, "tool": "file_read", "args": {"path": "b.md"}})
+    assert item.status_code == 201, item.content
+    agent.dispatch(200001)
+    agent.complete(200001, {"content": "B"})
+    agent.turn(3, {"m": 3}, "Done now.")
+    assert agent.finish(output="ok").status_code == 200
+    _, text = talk(viewer, agent.run)
+    assert text.index("research step 2") < text.index("file_read step 2.1") < text.index("Model turn step 3")
