@@ -21,7 +21,7 @@ SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 @pytest.fixture
 def scenario(org, api, runner, settings):
-    settings.CONSOLE_LEASE_SECONDS = 1  # the runs' leases lapse for real (tests/console/conversation_scenario.py)
+    settings.CONSOLE_LEASE_SECONDS = 3  # the runs' leases lapse for real (tests/console/conversation_scenario.py)
     make_agent(org, "coder")
     task, _, action = parked(api, runner)  # an open unknown outcome: its card quotes the model's reason
     chain = three_runs(api, runner)

@@ -36,7 +36,7 @@ class Chain:
 
 
 def lapse_and_supervise():
-    if settings.CONSOLE_LEASE_SECONDS <= 2:
+    if settings.CONSOLE_LEASE_SECONDS <= 5:
         # A lease this short lapses for real: the pages then say when the run ended, never "from now".
         time.sleep(settings.CONSOLE_LEASE_SECONDS + 0.3)
     else:
