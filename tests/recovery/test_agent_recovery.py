@@ -14,40 +14,12 @@ from tests.agents_api import Agent, model_args, prompt_task
 from tests.factories import make_agent
 from tests.helpers import claim, create_task, outer_html, plan, visible_text
 from tests.recovery import engine
+from tests.recovery.agent_scenarios import WRITE, crash_and_supervise, history, parked
 
 
 @pytest.fixture
 def coder(org):
     return make_agent(org, "coder")
-
-
-def crash_and_supervise():
-    engine.lapse()
-    return supervise_once()
-
-
-def history(agent: Agent) -> None:
-    """Steps 1 to 5 of an agent's conversation: two model turns, a read, a failed call, a third turn."""
-    agent.turn(1, {"messages": ["hi"]}, "read a.md")
-    agent.call(2, "file_read", {"path": "a.md"}, {"content": "A"})
-    agent.turn(3, {"messages": ["hi", "A"]}, "try the api", tokens=(300, 40))
-    agent.call(4, "http_get", {"url": "https://example.invalid"}, ok=False)
-    agent.turn(5, {"messages": ["hi", "A", "failed"]}, "write it down")
-
-
-WRITE = ("file_write", {"path": "notes.md", "content": "# Notes"})
-
-
-def parked(runner, api):
-    """An agent run with the history above, cut off in its notify-mode file_write (step 6): its action."""
-    task = prompt_task(api)
-    agent = Agent.claims(runner)
-    history(agent)
-    agent.cut_off(6, *WRITE)
-    crash_and_supervise()
-    action = RecoveryAction.objects.get(run_id=agent.run)
-    assert action.kind == "unknown_outcome" and action.seq == 6
-    return task, agent, action
 
 
 def decide(api, action, outcome, note="", **extra):

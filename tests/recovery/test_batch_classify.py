@@ -4,7 +4,7 @@ from recovery import batches
 from recovery import classify as c
 from recovery.classify import classify
 from tasks.batches import item_args, parse_batch
-from tests.recovery.test_classify import facts, reason, step
+from tests.recovery.facts import facts, reason, step
 
 READ = {"tool": "file_read", "args": {"path": "{{item}}.txt"}}
 WRITE = {"tool": "file_write", "args": {"path": "{{item}}.txt", "content": "row {{item}}"}}

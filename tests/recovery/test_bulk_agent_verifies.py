@@ -8,8 +8,8 @@ from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
 from recovery.models import BulkItem, RecoveryAction, RecoveryAttempt
 from tests.agents_api import Agent
 from tests.factories import make_agent
+from tests.recovery.agent_scenarios import parked
 from tests.recovery.bulk_scenarios import unknown_outcomes
-from tests.recovery.test_agent_recovery import parked
 
 pytestmark = pytest.mark.django_db
 

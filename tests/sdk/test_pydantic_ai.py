@@ -16,9 +16,9 @@ from recovery.models import RecoveryAction
 from recovery_console.pydantic_ai import DurableModel, DurableToolset, durable
 from tasks.models import Run, Step
 from tests.factories import user_token
-from tests.recovery.test_end_to_end import lapse_and_supervise
+from tests.processes import lapse_and_supervise
 from tests.sdk.conftest import agent_task
-from tests.sdk.test_agent_process import decide
+from tests.sdk.drive import decide
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -6,9 +6,6 @@ model call and tool call appends a line to a log the test counts.
 """
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,56 +14,13 @@ from recovery.models import RecoveryAction
 from recovery.supervisor import supervise_once
 from tasks.models import Run, Step
 from tasks.services import run_request_stop
-from tests.processes import ROOT, child_env, wait_for
-from tests.recovery.test_end_to_end import lapse_and_supervise
+from tests.processes import wait_for
 from tests.sdk.conftest import agent_task
+from tests.sdk.drive import decide, stop, task_page
+from tests.sdk.drive_pydantic import PROMPT, killed_during_the_second_tool_call, start_agent
 from tests.sdk.pydantic_agent import read_log
-from tests.sdk.test_agent_process import decide, stop, task_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-PROMPT = "Write the notes and send the report."
-SAVED = [
-    (1, "model", "completed"),
-    (2, "note_append", "completed"),
-    (3, "model", "completed"),
-    (4, "send_report", "dispatched"),
-]
-
-
-def start_agent(server, token, directory: Path, *, slow: float = 0) -> subprocess.Popen:
-    (directory / "outbox").mkdir(parents=True, exist_ok=True)
-    env = child_env(CONSOLE_URL=server.url, CONSOLE_WORKER_TOKEN=token, AGENT_DIR=directory, AGENT_SLOW_SECONDS=slow)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.sdk.pydantic_agent"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def killed_during_the_second_tool_call(server, token, org, directory: Path):
-    task, first = agent_task(org, PROMPT)
-    proc = start_agent(server, token, directory, slow=60)
-    wait_for(
-        lambda: any(t["tool"] == "send_report" for t in read_log(directory, "tools")),
-        timeout=60,
-        what="the second tool call",
-    )
-    proc.send_signal(signal.SIGKILL)
-    out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == -signal.SIGKILL, out
-    assert list(Step.objects.filter(run=first).order_by("seq").values_list("seq", "tool", "phase")) == SAVED
-    assert len(read_log(directory, "model")) == 2
-    assert [t["tool"] for t in read_log(directory, "tools")] == ["note_append", "send_report"]
-    # The agent's tools are its catalogue, with the modes given to `durable`.
-    assert Step.objects.get(run=first, seq=4).recovery_mode == "notify"
-    lapse_and_supervise(first)
-    first.refresh_from_db()
-    assert first.status == "interrupted"
-    return task, first
 
 
 def run_to_the_end(server, token, run: Run, directory: Path) -> tuple[Run, str]:

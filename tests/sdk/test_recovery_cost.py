@@ -10,7 +10,7 @@ from django.test import Client
 
 from tasks.models import Run, Task
 from tests.helpers import outer_html, visible_text
-from tests.recovery.test_end_to_end import lapse_and_supervise
+from tests.processes import lapse_and_supervise
 from tests.sdk.agents import PLAN, TOOLS, Counts, make_agent
 from tests.sdk.conftest import agent_task
 

@@ -322,7 +322,7 @@ def _step_row(run_page_html: str, seq: int) -> str:
 def test_a_batch_item_declared_performed_is_never_a_saved_result_on_any_later_run_of_the_chain(org, agent, operator):
     from django.test import Client
 
-    from tests.recovery.test_batch_continuations import WRITE, cut_batch, do_item
+    from tests.recovery.batch_scenarios import WRITE, cut_batch, do_item
 
     # Item 2 of the batch is cut off after its dispatch; a person says it happened.
     first = cut_batch(e.first_run(e.start(org, [WRITE])), 1)
