@@ -258,7 +258,10 @@ def task_row_context(task: Task, user) -> dict:
     why = presenter.row_why(task, state, lead, current)
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
+    attempts, attempts_title = presenter.row_attempts(lead, current)
     return {
+        "attempts": attempts,
+        "attempts_title": attempts_title,
         "since": min(opened) if opened else task.updated_at,
         "since_label": presenter.age_label(bool(opened)),
         "task": task,

@@ -32,6 +32,7 @@ TABS = (
     ("exhausted", "Exhausted"),
     ("blocked", "Blocked"),
     ("running", "Running"),
+    ("follow_through", "Needs follow-through"),
     ("all", "All"),
 )
 

@@ -345,6 +345,34 @@ def row_why(task, state: str, lead, current_run) -> str:
     return ""
 
 
+def row_attempts(lead, current_run) -> tuple[str, str]:
+    """The board's Attempts cell and its title: what the chain has used of the bound that holds it now.
+
+    An action's own bound where one waits (an exhausted chain says the bound it reached), else the run's place
+    in its chain; "—" only for a task that never ran.
+    """
+    if lead is not None:
+        if lead.status == "exhausted" and lead.exhaustion == "interrupted_twice":
+            return "2 of 2 used", _exhaustion_words(lead)
+        if lead.status == "exhausted" and lead.exhaustion == "chain_exhausted":
+            n = c.CHAIN_MAX_RUNS
+            return f"{n} of {n} runs", _exhaustion_words(lead)
+        bounded = lead.cause not in c.NOT_RECOVERABLE and lead.kind not in ("workspace_validation", "workspace_export")
+        if bounded and lead.status in ("open", "retrying", "exhausted"):
+            text = f"{lead.attempts} of {lead.max_attempts} used"
+            return text, f"{lead.attempts} of the {lead.max_attempts} attempts recovery action #{lead.pk} allows."
+    if current_run is None:
+        return "—", "The task has not run yet."
+    n = getattr(current_run, "attempt", 1) or 1
+    if n == 1:
+        return "first run", f"Run #{current_run.pk} is the first run of its chain."
+    return (
+        f"run {n} of its chain",
+        f"Run #{current_run.pk} is run {n} of its chain; a chain holds at most {c.CHAIN_MAX_RUNS} runs "
+        "(verified stops not counted).",
+    )
+
+
 def idle_line(last_run, *, hold=None, task=None, followup_wait: str = "") -> Line:
     """A task with nothing scheduled says why, and what moves it on (never nothing at all).
 
