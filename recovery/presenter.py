@@ -1735,6 +1735,21 @@ def workspace_view(state) -> WorkspaceView:
 # --- sign-in and limits (SECURITY.md) ---------------------------------------------------------------
 
 
+# The console's pages for a request it cannot answer: (title, reason, what to do).
+PROBLEMS = {
+    404: (
+        "Page not found",
+        "There is no page at this address.",
+        "It may have been mistyped, or what it showed is in another organization or private to someone else.",
+    ),
+    400: (
+        "This request could not be read",
+        "The address or the form it sent is malformed, so nothing was done.",
+        "Nothing was changed. Go back and try again from the page; a link copied whole usually works.",
+    ),
+}
+
+
 def lockout_text(*, failures: int, cooloff_minutes: int | None) -> str:
     """The sign-in page after too many failed attempts (django-axes). It says what happened and what lifts it."""
     wait = (
