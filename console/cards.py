@@ -48,7 +48,7 @@ def action_context(
         "username": getattr(user, "username", ""),
         "action": action,
         "view": view,
-        "reasons": evidence.get("reasons", []),
+        "reasons": presenter.reason_items(evidence.get("reasons")),
         "evidence": evidence,
         "dispatched_at": _parse(evidence.get("dispatched_at")),
         "is_unknown": action.kind == ActionKind.UNKNOWN_OUTCOME,
@@ -198,6 +198,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
+        "diagnosis_reasons": presenter.reason_items(diagnosis.reasons) if diagnosis is not None else [],
         "diagnosis_line": presenter.diagnosis_line(
             run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
         ),

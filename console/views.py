@@ -88,6 +88,7 @@ def run_view(request, agent: str, run_id: int):
             "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
             "repair_html": cards.render_run_repair(run, user=request.user, request=request),
             "diagnosis": ctx["diagnosis"],
+            "diagnosis_reasons": ctx["diagnosis_reasons"],
             "diagnosis_line": ctx["diagnosis_line"],
             "continuation": ctx["continuation"],
             "continued_by_text": ctx["continued_by_text"],
