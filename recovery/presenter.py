@@ -1728,7 +1728,9 @@ def workspace_view(state) -> WorkspaceView:
         else:
             export = (f"Export to {x.destination} failed ", At(x.created_at), f": {words.error_text(x.error)}")
     differ = sum(1 for f in state.files if f.status not in ("same",))
-    counts = f"{_count(len(state.files), 'file')}" + (f", {differ} differ from the manifest" if differ else "")
+    counts = f"{_count(len(state.files), 'file')}" + (
+        f"; {_count(differ, 'differs', 'differ')} from the manifest" if differ else ""
+    )
     copies = [
         {
             "copy": c,

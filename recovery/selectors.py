@@ -2,7 +2,7 @@
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum, TextField
 from django.db.models.functions import Cast, Coalesce
@@ -411,7 +411,8 @@ def checkpoint_purged(run: Run) -> str:
     purged_at = getattr(run, "checkpoint_purged_at", None)
     if purged_at is None:
         return ""
-    return f"Its saved checkpoints were purged at {purged_at.isoformat()} (retention); nothing is left to reuse."
+    when = purged_at.astimezone(UTC).strftime("%-d %b %Y at %H:%M UTC")  # words, not an ISO time
+    return f"Its saved checkpoints were purged on {when} (retention); nothing is left to reuse."
 
 
 def diagnose(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> Diagnosis:
