@@ -59,9 +59,8 @@ def test_at_390_px_the_header_names_who_is_signed_in_and_the_board_starts_in_the
 
 
 def test_at_390_px_held_copy_paths_wrap_inside_the_task_card(daphne_server, page, sign_in, org, agent, admin_user):
-    from tests.browser.a11y_pages import workspace_scenario
-
     from recovery.models import HeldCopy
+    from tests.browser.a11y_pages import workspace_scenario
 
     _, _, held = workspace_scenario(org, admin_user)
     # A path with a segment longer than a phone is wide and no place to break (a var directory named by a hash).
