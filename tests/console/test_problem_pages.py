@@ -75,3 +75,9 @@ def test_a_cards_control_gets_the_words_not_a_whole_page(login, operator):
     assert response.status_code == 404
     assert "<html" not in html and '<header class="top">' not in html
     assert "There is no run #999999 that you can see." in visible_text(html)
+
+
+def test_a_host_this_console_does_not_serve_is_the_400_page(db):
+    response = Client().get("/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert heading(response.content.decode()) == "This request could not be read"
