@@ -1965,7 +1965,8 @@ FILTER_NAMES = {
 
 def _filter_value(key: str, value: str) -> str:
     if key == "state":
-        return "running or stopping" if value == "active" else TASK_STATES.get(value, value)
+        views = {"active": "running or stopping", "follow_through": "needs follow-through"}
+        return views.get(value) or TASK_STATES.get(value, value)
     if key == "age":
         return AGE_NAMES.get(value, value)
     if key == "owner":
@@ -1980,7 +1981,7 @@ def bulk_selection(selection: dict) -> str:
         shown = {k: v for k, v in f.items() if k != "sort"}
         if not shown:
             return "Every task you could see when the preview was made."
-        words = "; ".join(f"{FILTER_NAMES.get(k, k)} {_filter_value(k, v)}" for k, v in sorted(shown.items()))
-        return f"Every task that matched the filter when the preview was made ({words}); later matches are not in it."
+        said = "; ".join(f"{FILTER_NAMES.get(k, k)} {_filter_value(k, v)}" for k, v in sorted(shown.items()))
+        return f"Every task that matched the filter when the preview was made ({said}); later matches are not in it."
     n = (selection or {}).get("ids", 0)
     return f"{n:,} task{'s' if n != 1 else ''} chosen by hand."

@@ -285,3 +285,12 @@ def test_search_finds_a_run_id_an_error_and_a_tool_argument(login, org, operator
     # Search combines with the tab.
     assert row_ids(client.get("/", {"q": "q3-summary", "state": "follow_through"}).text) == [failed.pk]
     assert row_ids(client.get("/", {"q": "q3-summary", "state": "running"}).text) == []
+
+
+def test_a_bulk_preview_of_the_follow_through_view_names_it(login, org, agent, operator):
+    failed, _ = failed_task(org, title="t-failed", error="disk full")
+    client = login(operator)
+    response = client.post("/bulk/preview/", {"all_matching": "1", "filter_state": "follow_through", "action": "pause"})
+    assert response.status_code == 302, response.content
+    page = visible_text(client.get(response["Location"]).text)
+    assert "state needs follow-through" in page and "1 of 1 would be acted on" in page
