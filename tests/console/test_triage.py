@@ -288,7 +288,7 @@ def test_search_finds_a_run_id_an_error_and_a_tool_argument(login, org, operator
 
 
 def test_a_bulk_preview_of_the_follow_through_view_names_it(login, org, agent, operator):
-    failed, _ = failed_task(org, title="t-failed", error="disk full")
+    failed_task(org, title="t-failed", error="disk full")
     client = login(operator)
     response = client.post("/bulk/preview/", {"all_matching": "1", "filter_state": "follow_through", "action": "pause"})
     assert response.status_code == 302, response.content
