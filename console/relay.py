@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from console import live, metrics
+from console import alerts, live, metrics
 from tasks.models import Event
 
 log = logging.getLogger("console.relay")
@@ -383,14 +383,12 @@ def _read_access(wanted: dict) -> dict:
 
 def _read_alerts(groups: dict) -> dict:
     """{organizations: (what the warnings say, the header's warnings as an out-of-band swap)}."""
-    from console import ops
-
     out = {}
     for org_ids, user in groups.items():
-        alerts = ops.alerts_of_orgs(org_ids)
-        html = ops.render_alerts(user, alerts=alerts).strip()
+        said = alerts.alerts_of_orgs(org_ids)
+        html = alerts.render_alerts(user, alerts=said).strip()
         out[org_ids] = (
-            ops.alerts_key(alerts),
+            alerts.alerts_key(said),
             html.replace('<div id="ops-alerts"', '<div hx-swap-oob="true" id="ops-alerts"', 1),
         )
     return out

@@ -106,6 +106,7 @@ def board_context(request, params, *, typed=None) -> dict:
             ("performed", "It happened"),
             ("not_performed", "It did not happen"),
             ("unresolved", "Unresolved"),
+            ("agent_verifies", "The agent verifies (agent runs)"),
         ],
         "typed": typed,
         "membership": membership,

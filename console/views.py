@@ -85,7 +85,8 @@ def run_view(request, agent: str, run_id: int):
         "console/run.html",
         {
             "run": run,
-            "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
+            "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request, conversation=True),
+            "conversation_html": cards.render_conversation(run, task_runs, request=request),
             "repair_html": cards.render_run_repair(run, user=request.user, request=request),
             "diagnosis": ctx["diagnosis"],
             "diagnosis_reasons": ctx["diagnosis_reasons"],

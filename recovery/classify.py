@@ -9,7 +9,7 @@ from datetime import datetime
 
 from recovery import batches
 from recovery.words import args_text
-from tasks.batches import FOREACH, NESTED_BASE, item_args, item_position, parse_batch
+from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
 REUSE = "reuse"
 NOT_DISPATCHED = "not_dispatched"
@@ -32,6 +32,8 @@ CHAIN_MAX_RUNS = 32
 UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
 # Causes of an action no attempt can get past: what remains is Start over, a cancel, or closing the task.
 # `diverged`: an agent took another path on replay; continuing would replay into the same fork.
+# The action kinds about a workspace (recovery.models.ActionKind): an admin repairs them; they never age or retry.
+WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 NOT_RECOVERABLE = ("corrupt_checkpoint", "diverged", *UNAVAILABLE)
 
 
@@ -356,7 +358,7 @@ def batch_states(facts: RunFacts, seq: int, items: list[StepVerdict]) -> list[st
     batch = _batch(step.args) if step is not None else None
     saved = {item_position(k.seq, seq): batches.item_state(k.verdict, k.reason) for k in items}
     total = len(batch.items) if batch is not None else max(saved, default=0)
-    dropped = [item_position(d, seq) for d in facts.dropped if d // NESTED_BASE == seq]
+    dropped = [item_position(d, seq) for d in facts.dropped if parent_of(d) == seq]
     return batches.item_states(total, saved, dropped)
 
 

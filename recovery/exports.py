@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from recovery.action_log import action_open
 from recovery.models import ActionKind, Export, HeldCopy
 from recovery.words import os_error_text
 from tasks import payloads
@@ -172,7 +173,6 @@ def _copy(task: Task) -> tuple[dict, bool, str]:
 def _recorded(export: Export, *, actor, open_action: bool) -> None:
     """The event of a finished export and, for a failure (unless a repair is retrying), the `workspace_export`
     action of its run. In the transaction that records the outcome."""
-    from recovery.actions import action_open
 
     task, run = export.task, export.run
     event_append(

@@ -171,7 +171,7 @@ def reason_items(reasons) -> list[dict]:
         get = r.get if isinstance(r, dict) else lambda k, r=r: getattr(r, k, None)
         code = get("code") or ""
         seq = get("seq") if isinstance(get("seq"), int) else None
-        items.append({"code": code, "text": words.reason_text(code, get("detail") or "", seq, nested_base=NESTED_BASE)})
+        items.append({"code": code, "text": words.reason_text(code, get("detail") or "", seq)})
     return items
 
 
@@ -1818,6 +1818,7 @@ BULK_REASONS = {
     "recovery_unavailable": "recovery of its run is unavailable: start over or cancel",
     "duplicate_risk_not_accepted": "it would run an operation of unknown outcome again, and the duplicate risk "
     "was not accepted",
+    "not_agent_run": "its run is a scripted plan: only an agent run's agent can verify a call itself",
     "already_paused": "it is already paused",
     "not_paused": "it is not paused",
     "run_live": "a run of it is still queued or running",

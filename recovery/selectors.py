@@ -8,7 +8,7 @@ from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, 
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
+from recovery.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
 from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
@@ -30,8 +30,6 @@ from tasks.models import (
 )
 from tasks.modes import known_tools
 from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
-
-WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
 
 def _latest_run(field: str = "pk"):

@@ -9,6 +9,8 @@ attribute, the details fold with the raw text) and to the API, which keeps the s
 import errno as E
 import re
 
+from tasks.batches import item_position, parent_of
+
 # What an errno means to someone looking at a console, not at a C header. Socket name lookups report the
 # resolver's negative codes (EAI_*), which Python's socket.gaierror carries as `errno`.
 ERRNO_WORDS = {
@@ -92,20 +94,19 @@ def call_words(tool: str, args) -> str:
     return f"{tool} with {shown}" if shown != "no arguments" else f"{tool} with no arguments"
 
 
-def step_name(seq: int | None, nested_base: int) -> str:
+def step_name(seq: int | None) -> str:
     """ "step 3", or "item 2 of step 1" for a nested call (its number holds its parent's)."""
     if not seq:
         return ""
-    if seq >= nested_base:
-        return f"item {seq % nested_base} of step {seq // nested_base}"
-    return f"step {seq}"
+    parent = parent_of(seq)
+    return f"item {item_position(seq, parent)} of step {parent}" if parent is not None else f"step {seq}"
 
 
-def reason_text(code: str, detail: str, seq: int | None, *, nested_base: int) -> str:
+def reason_text(code: str, detail: str, seq: int | None) -> str:
     """A diagnosis reason as one sentence: its detail (OS errors said in words), led by the step it is about
     when the detail does not already name it. The code is the caller's to put in a `title`."""
     text = error_text((detail or "").strip()) or code.replace("_", " ").capitalize() + "."
-    where = step_name(seq, nested_base)
+    where = step_name(seq)
     if where and not re.search(r"\b(step|item)s? \d", text, re.I):
         text = f"{where[:1].upper()}{where[1:]}: {text}"
     return text

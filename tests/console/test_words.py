@@ -87,13 +87,11 @@ def test_args_text_names_each_argument_and_never_prints_json():
 
 
 def test_reason_text_leads_with_the_step_only_where_the_detail_does_not_name_it():
-    assert reason_text("interrupted_twice", "Interrupted twice in this chain.", 2, nested_base=100000) == (
+    assert reason_text("interrupted_twice", "Interrupted twice in this chain.", 2) == (
         "Step 2: Interrupted twice in this chain."
     )
-    assert reason_text("step_failed", "Step 2 (x) failed: disk full.", 2, nested_base=100000) == (
-        "Step 2 (x) failed: disk full."
-    )
-    assert reason_text("unknown_outcome", "It may have happened.", 100002, nested_base=100000) == (
+    assert reason_text("step_failed", "Step 2 (x) failed: disk full.", 2) == ("Step 2 (x) failed: disk full.")
+    assert reason_text("unknown_outcome", "It may have happened.", 100002) == (
         "Item 2 of step 1: It may have happened."
     )
-    assert reason_text("seq_gap", "", None, nested_base=100000) == "Seq gap."
+    assert reason_text("seq_gap", "", None) == "Seq gap."

@@ -94,7 +94,7 @@ def test_agent_verifies_admits_a_continuation_that_carries_every_saved_step_and_
     client.force_login(api_user())
     page = visible_text(client.get(f"/agents/coder/runs/{nxt.run}/").text)
     assert "handed to the agent to verify by olive; the model was told: This call (file_write(" in page
-    assert "reused — saved result of run #" in page
+    assert f"reused from run #{action.run_id} — not called again" in page
 
 
 def test_performed_reaches_an_agent_as_a_notice_with_the_note_not_as_a_result(api, runner, coder):
@@ -379,7 +379,7 @@ def test_the_task_page_and_the_run_page_show_the_prompt_and_what_the_agent_retur
     assert body["kind"] == "agent" and body["output"] == {"summary": "disk full on db-2"}
     client = Client()
     client.force_login(operator)
-    for url in (f"/tasks/{task['id']}/", f"/agents/coder/runs/{agent.run}/"):
+    for url, prompt in ((f"/tasks/{task['id']}/", "Prompt: "), (f"/agents/coder/runs/{agent.run}/", "Prompt ")):
         page = visible_text(client.get(url).text)
-        assert "Prompt: Summarise the incident" in page
+        assert f"{prompt}Summarise the incident" in page
         assert f"What the agent returned in run #{agent.run}" in page and "disk full on db-2" in page
