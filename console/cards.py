@@ -50,7 +50,7 @@ def action_context(
         "username": getattr(user, "username", ""),
         "action": action,
         "view": view,
-        "reasons": evidence.get("reasons", []),
+        "reasons": presenter.reason_items(evidence.get("reasons")),
         "evidence": evidence,
         "dispatched_at": _parse(evidence.get("dispatched_at")),
         "is_unknown": action.kind == ActionKind.UNKNOWN_OUTCOME,
@@ -223,6 +223,7 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
+        "diagnosis_reasons": presenter.reason_items(diagnosis.reasons) if diagnosis is not None else [],
         "diagnosis_line": presenter.diagnosis_line(
             run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
         ),
@@ -320,7 +321,10 @@ def task_row_context(task: Task, user) -> dict:
     why = presenter.row_why(task, state, lead, current)
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
+    attempts, attempts_title = presenter.row_attempts(lead, current)
     return {
+        "attempts": attempts,
+        "attempts_title": attempts_title,
         "since": min(opened) if opened else task.updated_at,
         "since_label": presenter.age_label(bool(opened)),
         "task": task,

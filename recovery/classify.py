@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import batches
+from recovery.words import args_text
 from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
 REUSE = "reuse"
@@ -126,13 +127,8 @@ class Diagnosis:
 
 
 def _args_text(args) -> str:
-    import json
-
-    try:
-        text = json.dumps(args, sort_keys=True)
-    except (TypeError, ValueError):
-        text = repr(args)
-    return text if len(text) <= 200 else text[:197] + "..."
+    # Arguments inside a sentence are said in words (recovery.words), never as JSON; the step's fold has them whole.
+    return args_text(args)
 
 
 def _verdict(step: StepFacts) -> StepVerdict:
@@ -165,7 +161,7 @@ def _verdict(step: StepFacts) -> StepVerdict:
         return v(
             UNKNOWN_OUTCOME,
             "unknown_outcome",
-            f"{step.tool}({args}) was dispatched and no result was saved: it may or may not have happened.",
+            f"{step.tool} with {args} was dispatched and no result was saved: it may or may not have happened.",
         )
     return v(DROP, "forget", f"{step.tool} was dispatched and left no result; its recovery mode drops it.")
 

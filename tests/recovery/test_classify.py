@@ -300,7 +300,7 @@ def test_blocking_reasons_are_specific_never_one_generic_error():
     assert d.disposition == c.NEEDS_DECISION
     assert [(r.code, r.seq) for r in d.reasons] == [("unknown_outcome", 1)]
     detail = d.reasons[0].detail
-    assert '"path": "a"' in detail and at(1).isoformat() not in detail
+    assert "file_write with path “a”" in detail and '{"' not in detail and at(1).isoformat() not in detail
 
 
 # --- properties -------------------------------------------------------------------------------
