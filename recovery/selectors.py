@@ -85,7 +85,7 @@ def annotate_state(qs):
 
 
 def state_filter(qs, state: str):
-    """The SQL twin of presenters.task_state; keep the two in the same order."""
+    """The SQL twin of api_shapes.task_state; keep the two in the same order."""
     if state == "all":
         return qs
     if state == "cancelled":
@@ -178,7 +178,7 @@ def search_q(q: str) -> Q:
 
 
 def task_queryset(user, *, state: str, q: str):
-    """Visible tasks in `state` (the SQL twin of presenters.task_state) matching the search `q` (`search_q`)."""
+    """Visible tasks in `state` (the SQL twin of api_shapes.task_state) matching the search `q` (`search_q`)."""
     qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
     q = (q or "").strip()[:MAX_QUERY]

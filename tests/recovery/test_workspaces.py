@@ -517,8 +517,8 @@ def test_a_repair_task_returns_the_action_to_its_return_owner_when_done(diverged
     e.finish(e.claim(run))  # an empty plan: the repair task is done
     action.refresh_from_db()
     assert action.recovery_owner == "user:ada" and action.status == "open"
+    from recovery.api_shapes import action_view_of
     from recovery.presenter import plain
-    from recovery.presenters import action_view_of
 
     view = action_view_of(action, user=admin_user)
     assert "is done: this action is back with ada" in plain(view.repair_task)
