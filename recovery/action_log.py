@@ -14,8 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
+from recovery.rules import classify as c
 from recovery.transitions import ACTIONS
 from tasks.batches import item_position
 from tasks.errors import NotFound, StaleVersion

@@ -36,9 +36,9 @@ from django.utils import timezone
 
 from recovery import actions as recovery_actions
 from recovery import controls, presenter, triage, workspaces
-from recovery.bulk_rules import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.bulk_selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
+from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.transitions import BULK, BULK_ITEMS
 from recovery.workspaces import WorkspaceHeld
 from tasks import services

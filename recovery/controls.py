@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery import presenter, workspaces
 from recovery.action_log import action_open, action_open_for
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
-from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
+from recovery.rules import classify as c
+from recovery.rules.gates import BOUNDS, first_closed_gate
 from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
 from tasks.batches import item_position, parent_of

@@ -8,10 +8,10 @@ from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, 
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
-from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
+from recovery.rules.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
+from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.errors import NotFound
 from tasks.holds import Hold
 from tasks.models import (

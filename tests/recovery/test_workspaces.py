@@ -659,7 +659,7 @@ def test_a_run_whose_continuation_the_workspace_refused_never_reads_as_continuin
 
 
 def test_a_text_file_under_64_kib_gets_a_diff_and_one_over_it_is_listed_without_one(org, agent):
-    from recovery.workspace_diff import DIFF_LIMIT
+    from recovery.rules.workspace_diff import DIFF_LIMIT
 
     small, large = "a" * 100 + "\n", "b" * (DIFF_LIMIT - 10) + "\n"
     task = e.start(
