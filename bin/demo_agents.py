@@ -122,7 +122,7 @@ def analyst_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
             parts=[TextPart(f"{count} tickets. I tally them by customer."), ToolCallPart("tickets_tally", {})]
         )
     tally = done["tickets_tally"]
-    top, most = next(iter(tally["by_customer"].items()))
+    top, most = tally["by_customer"][0]  # a list, most first (an object's keys may come back in another order)
     text = f"{tally['total']} tickets from {len(tally['by_customer'])} customers; {top} opened the most ({most})."
     for question in followups(messages):
         text += f' You asked: "{question}" {top} first: {most} of the {tally["total"]} tickets are theirs.'
@@ -144,7 +144,7 @@ def tickets_tally() -> dict:
     """How many tickets each customer opened, most first."""
     slowly()
     customers = [line.split(": ", 1)[0] for line in workspace_file("tickets.txt").read_text().splitlines() if line]
-    return {"total": len(customers), "by_customer": dict(collections.Counter(customers).most_common())}
+    return {"total": len(customers), "by_customer": collections.Counter(customers).most_common()}
 
 
 # --- deployer: redeployed with other instructions, its replay diverges ---------------------------------------

@@ -4,6 +4,8 @@ where the demo says it does, as the operator API reads it, and seeding again add
 import io
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 from rest_framework.test import APIClient
 
 from recovery.demo import seed
@@ -73,6 +75,11 @@ def the_pydantic_ai_agents_stand_where_the_demo_says(api, ids):
         "model",
         "reminder_send",
     ]
+    page = Client()
+    page.force_login(get_user_model().objects.get(username="operator"))
+    html = page.get(f"/agents/courier/runs/{action.run_id}/").content.decode()
+    assert "The conversation of run" in html
+    assert "2 invoices are overdue. I remind Ana about invoice INV-101 (EUR 40)." in html  # why it sent
 
     # Stopped by a person, then a follow-up: the continuation replays what was saved and its output answers it.
     analyst = Task.objects.get(pk=ids["Summarise the support tickets"])
