@@ -9,13 +9,16 @@ one call, `durable(agent, modes=...)`, the same a developer makes for their own 
 
 - `courier` reads the overdue invoices (`invoices_read`, replay) and sends a reminder for each
   (`reminder_send`, notify: it appends to an outbox outside the workspace — an email once sent stays sent);
+  told a reminder's outcome is unknown, it checks the outbox (`outbox_check`, replay) and sends it again
+  only if it did not go out;
 - `analyst` reads the support tickets (`tickets_read`, replay), tallies them (`tickets_tally`, replay) and
   answers the follow-ups it is given, quoting each;
 - `deployer` reads the rate limits (`limits_read`, replay); `--revised` gives it other instructions, as a
   redeployed agent would have, so a continuation of its earlier run takes another path on replay.
 
 Serves until SIGTERM (the SDK drains: the current step ends, the lease is left or the run finished).
-Environment: CONSOLE_URL, CONSOLE_WORKER_TOKEN, DEMO_OUTBOX (a directory outside every workspace).
+Environment: CONSOLE_URL, CONSOLE_WORKER_TOKEN, DEMO_OUTBOX (a directory outside every workspace; by default
+var/demo-outbox).
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ from recovery_console import Console, serve
 from recovery_console.pydantic_ai import durable
 
 SLOW = {"seconds": 0.0}  # how long the slow tool of each agent takes (--slow), so the demo can cut it off
-WORKSPACE: dict[str, Path] = {}  # the claimed run's workspace (one run at a time in this process)
+WORKSPACE: dict[str, Path] = {}
+# The courier's sent mail: outside every workspace (a tool cannot name the workspace files it writes).
+OUTBOX = Path(
+    os.environ.get("DEMO_OUTBOX") or Path(__file__).resolve().parent.parent / "var" / "demo-outbox"
+)  # the claimed run's workspace (one run at a time in this process)
 
 
 def workspace_file(name: str) -> Path:
@@ -64,24 +71,53 @@ def followups(messages: list[ModelMessage]) -> list[str]:
 # --- courier: a notify tool cut off -------------------------------------------------------------------------
 
 
+def _invoice_args(invoice: dict) -> dict:
+    return {"to": invoice["email"], "invoice": invoice["invoice"], "amount": invoice["amount"]}
+
+
 def courier_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     done = returned(messages)
     if "invoices_read" not in done:
         return ModelResponse(
             parts=[TextPart("First I read which invoices are overdue."), ToolCallPart("invoices_read", {})]
         )
-    overdue = done["invoices_read"]["overdue"]
-    sends = [p for p in _parts(messages, "tool-return") if p.tool_name == "reminder_send"]
-    if len(sends) < len(overdue):
-        invoice = overdue[len(sends)]
+    overdue = {i["invoice"]: i for i in done["invoices_read"]["overdue"]}
+    # What each reminder came to, in order: sent, said to have happened by a person, or unknown (check first).
+    handled, check, resend, asked = [], None, None, {}
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                asked = part.args_as_dict()
+            elif part.part_kind == "tool-return" and part.tool_name == "reminder_send":
+                resend, check = None, None if "outcome is unknown" not in str(part.content) else asked["invoice"]
+                if check is None:
+                    handled.append(asked["invoice"])
+            elif part.part_kind == "tool-return" and part.tool_name == "outbox_check":
+                check = None
+                resend = None if part.content["sent"] else asked["invoice"]
+                if resend is None:
+                    handled.append(asked["invoice"])
+    if check:
+        return ModelResponse(
+            parts=[
+                TextPart("The reminder may not have gone out; I check the outbox."),
+                ToolCallPart("outbox_check", {"invoice": check}),
+            ]
+        )
+    if resend:
+        args = _invoice_args(overdue[resend])
+        return ModelResponse(
+            parts=[TextPart("It did not go out; I send it again."), ToolCallPart("reminder_send", args)]
+        )
+    waiting = [i for i in overdue.values() if i["invoice"] not in handled]
+    if waiting:
+        invoice = waiting[0]
         reason = (
             f"{len(overdue)} invoices are overdue. I remind {invoice['customer']} about invoice "
             f"{invoice['invoice']} ({invoice['amount']})."
         )
-        args = {"to": invoice["email"], "invoice": invoice["invoice"], "amount": invoice["amount"]}
-        return ModelResponse(parts=[TextPart(reason), ToolCallPart("reminder_send", args)])
-    told = [str(p.content) for p in sends]
-    return ModelResponse(parts=[TextPart(f"Reminders handled for {len(sends)} invoices: " + "; ".join(told))])
+        return ModelResponse(parts=[TextPart(reason), ToolCallPart("reminder_send", _invoice_args(invoice))])
+    return ModelResponse(parts=[TextPart(f"Reminded {len(handled)} customers: invoices {', '.join(handled)}.")])
 
 
 courier = Agent(FunctionModel(courier_model), name="courier", instructions="Remind customers of overdue invoices.")
@@ -102,11 +138,18 @@ def invoices_read() -> dict:
 def reminder_send(to: str, invoice: str, amount: str) -> str:
     """Email a payment reminder (appended to the outbox; sent is sent)."""
     slowly()
-    outbox = Path(os.environ["DEMO_OUTBOX"])
-    outbox.mkdir(parents=True, exist_ok=True)
-    with open(outbox / "reminders.txt", "a") as fh:
-        fh.write(f"to {to}: invoice {invoice} ({amount}) is overdue\n")
+    OUTBOX.mkdir(parents=True, exist_ok=True)
+    with open(OUTBOX / "reminders.txt", "a") as fh:
+        fh.write(f"{invoice}: to {to}, {amount} is overdue\n")
     return f"reminder for {invoice} sent to {to}"
+
+
+@courier.tool_plain
+def outbox_check(invoice: str) -> dict:
+    """Whether a reminder for `invoice` went out."""
+    sent = OUTBOX / "reminders.txt"
+    lines = sent.read_text().splitlines() if sent.exists() else []
+    return {"invoice": invoice, "sent": any(line.startswith(f"{invoice}:") for line in lines)}
 
 
 # --- analyst: stopped, then answers a follow-up -------------------------------------------------------------
@@ -173,7 +216,7 @@ def deployer(instructions: str) -> Agent:
 
 
 MODES = {
-    "courier": {"invoices_read": "replay", "reminder_send": "notify"},
+    "courier": {"invoices_read": "replay", "reminder_send": "notify", "outbox_check": "replay"},
     "analyst": {"tickets_read": "replay", "tickets_tally": "replay"},
     "deployer": {"limits_read": "replay"},
 }

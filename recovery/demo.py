@@ -112,7 +112,7 @@ class EmbeddedServer:
     def agent(self, token: str, name: str, *options: str) -> subprocess.Popen:
         """bin/demo_agents.py serving one pydantic-ai agent (a process of its own: the console never imports
         the SDK); it runs until the demo kills it or ends it with SIGTERM."""
-        outbox = Path(settings.CONSOLE_WORKSPACES).resolve() / ".demo-outbox"
+        outbox = Path(settings.VAR_DIR) / "demo-outbox"  # the courier's sent mail, outside every workspace
         env = {**self.env, "CONSOLE_WORKER_TOKEN": token, "DEMO_OUTBOX": str(outbox), "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, str(ROOT / "bin" / "demo_agents.py"), name, *options]
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
