@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     SLOW["seconds"] = args.slow
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per claim poll
     agent = {"courier": courier, "analyst": analyst}.get(args.agent) or deployer(
         REVISED if args.revised else INSTRUCTIONS
     )

@@ -253,8 +253,10 @@ def agent_scenarios(server: EmbeddedServer, token: str, settle, say, *, org: Org
         },
     )
     proc = server.agent(token, "courier", "--slow", "60")
-    _wait(dispatched(run, "reminder_send"), "the courier's reminder", proc)
-    server.end(proc, kill=True)  # SIGKILLed while the email may or may not have gone out
+    try:
+        _wait(dispatched(run, "reminder_send"), "the courier's reminder", proc)
+    finally:
+        server.end(proc, kill=True)  # SIGKILLed while the email may or may not have gone out
     settle(task)
     say(task, "pydantic-ai agent killed while sending a reminder (notify): a decision, with its conversation")
     courier = task
@@ -285,8 +287,10 @@ def agent_scenarios(server: EmbeddedServer, token: str, settle, say, *, org: Org
         {"limits.toml": "[api]\nrequests_per_minute = 600\n"},
     )
     proc = server.agent(token, "deployer", "--slow", "60")
-    _wait(dispatched(run, "limits_read"), "the deployer's read", proc)
-    server.end(proc, kill=True)  # killed in a call safe to replay: the supervisor continues it by itself...
+    try:
+        _wait(dispatched(run, "limits_read"), "the deployer's read", proc)
+    finally:
+        server.end(proc, kill=True)  # killed in a call safe to replay: the supervisor continues it by itself...
     settle(task)
     proc = server.agent(token, "deployer", "--revised")  # ...and the agent comes back with other instructions
     try:
