@@ -29,9 +29,9 @@ ITEM_FIELD = ("BulkItem", "result")
 CREATORS = {
     "tasks/services.py",
     "recovery/action_log.py",
-    "recovery/actions.py",
-    "recovery/continuations.py",
-    "recovery/followups.py",
+    "recovery/actions/commands.py",
+    "recovery/actions/continuations.py",
+    "recovery/actions/followups.py",
     "recovery/workspaces/repairs.py",
 }
 WRITES = ("update", "bulk_update", "update_or_create")

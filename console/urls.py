@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from console import accounts, bulk_views, ops, triage_views, views
-from recovery import api as recovery_api
+from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
 

@@ -6,6 +6,6 @@ class RecoveryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from recovery import settle
+        from recovery.actions import settle
 
         settle.register()

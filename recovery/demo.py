@@ -19,9 +19,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from recovery.actions import action_retry
+from recovery.actions.commands import action_retry
+from recovery.actions.followups import message_save
 from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
-from recovery.followups import message_save
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
 from recovery.supervisor.passes import default_label, supervisor_stopped

@@ -1083,7 +1083,10 @@ def diverged_summary(evidence: dict) -> Line:
 
 
 def followup_wait_text(wait) -> str:
-    """Why the task's waiting follow-ups wait now, naming the fact that ends the wait (recovery.followups.Wait)."""
+    """Why the task's waiting follow-ups wait now, naming the fact that ends the wait.
+
+    (recovery.actions.followups.Wait)
+    """
     k = wait.kind
     if k == "hold":
         h = wait.hold

@@ -47,9 +47,9 @@ BULK = Machine(
 AO = AttemptOutcome
 _RUN_ENDS = frozenset({AO.SUCCEEDED, AO.FAILED, AO.INTERRUPTED, AO.STOPPED})
 
-# An attempt's outcome (recovery.settle): requested (its continuation is queued) → continued (a worker started it)
-# → how that run ended; or requested → rejected (it ended before any worker started it). A continuation claimed
-# and ended within one settlement may go from requested straight to its end.
+# An attempt's outcome (recovery.actions.settle): requested (its continuation is queued) → continued (a worker
+# started it) → how that run ended; or requested → rejected (it ended before any worker started it). A
+# continuation claimed and ended within one settlement may go from requested straight to its end.
 ATTEMPTS = Machine(
     RecoveryAttempt,
     {

@@ -151,7 +151,7 @@ def iso(value) -> str | None:
 
 def message_data(message: Message, *, waiting_reason: str | None = None) -> dict:
     """A follow-up as the operator API shows it. `waiting_reason`, when given, is the reason derived from the
-    facts now (recovery.followups); the saved column is only the last one the supervisor recorded."""
+    facts now (recovery.actions.followups); the saved column is only the last one the supervisor recorded."""
     return {
         "id": message.pk,
         "body": message.body,

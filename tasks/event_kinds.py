@@ -19,7 +19,7 @@ KINDS: dict[str, str] = {
     "export_root_removed": "an admin removed an export root",
     "tools_registered": "an agent registered its tool catalogue",
     "profile_updated": "an agent's recovery settings changed",
-    # tasks (tasks/services.py, recovery/controls.py)
+    # tasks (tasks/services.py, recovery/actions/controls.py)
     "task_created": "a task was created",
     "task_paused": "a task was paused",
     "task_resumed": "a task's pause was lifted",
@@ -29,7 +29,7 @@ KINDS: dict[str, str] = {
     "task_budget_set": "a task's budget was changed",
     "task_continued": "a person continued a task (Continue now, Start over)",
     "task_dependencies_changed": "a task's dependencies changed",
-    # runs (tasks/services.py, recovery/continuations.py, tasks/sql/claim.sql)
+    # runs (tasks/services.py, recovery/actions/continuations.py, tasks/sql/claim.sql)
     "run_queued": "a run was queued",
     "run_claimed": "a worker claimed a run and holds its lease",
     "run_continued": "a continuation was queued for an interrupted or stopped run",
@@ -46,7 +46,7 @@ KINDS: dict[str, str] = {
     "step_dispatched": "a step was dispatched: the worker is about to call it",
     "step_completed": "a step completed with its result",
     "step_failed": "a step failed with its error",
-    # follow-up messages (recovery/followups.py, recovery/continuations.py, tasks/services.py)
+    # follow-up messages (recovery/actions/followups.py, recovery/actions/continuations.py, tasks/services.py)
     "message_saved": "a follow-up was written",
     "message_waiting": "a follow-up waits for the run it will be delivered to",
     "messages_admitted": "follow-ups were admitted to a continuation",
@@ -54,7 +54,8 @@ KINDS: dict[str, str] = {
     "messages_returned": "follow-ups a run did not read wait again for the next run",
     "messages_requeued": "an operator asked for follow-ups to be delivered again",
     "messages_not_delivered": "follow-ups were marked not delivered (their task closed)",
-    # recovery actions (recovery/action_log.py, recovery/actions.py, recovery/workspaces/repairs.py, recovery/settle.py)
+    # recovery actions (recovery/action_log.py, recovery/actions/commands.py and settle.py,
+    # recovery/workspaces/repairs.py)
     "action_opened": "a recovery action was opened",
     "action_decided": "a person decided an unknown outcome",
     "action_retry_requested": "a person asked for another attempt",

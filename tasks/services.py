@@ -1193,7 +1193,7 @@ def run_finish(
 
     `output` (what the agent returned) is kept on the run. `error_code` `diverged` (status failed, with
     `diverged`: the step and its saved and asked calls) ends the run failed even while stopping; recovery
-    opens a `diverged` action in this transaction (recovery.settle). Nothing continues it by itself.
+    opens a `diverged` action in this transaction (recovery.actions.settle). Nothing continues it by itself.
     """
     run = _held_run(worker=worker, run_id=run_id, epoch=epoch, plan=True)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED):

@@ -34,8 +34,9 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery import actions as recovery_actions
-from recovery import controls, presenter, triage
+from recovery import presenter, triage
+from recovery.actions import commands as recovery_actions
+from recovery.actions import controls
 from recovery.bulk.selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
 from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict

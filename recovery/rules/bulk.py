@@ -119,7 +119,7 @@ def _continue(facts: ItemFacts) -> Verdict:
     workspace = next((a for a in facts.actions if a.kind in WORKSPACE_KINDS), None)
     if workspace is not None:
         return Verdict(refusal="workspace_hold", detail=f"Recovery action #{workspace.id} holds the workspace.")
-    # A bound (not a due time) holds it: only the admin's grant on that action gets past it (recovery.controls).
+    # A bound (not a due time) holds it: only the admin's grant on that action gets past it (recovery.actions.controls).
     bound = next((a for a in facts.actions if a.status == "exhausted" and a.exhaustion in BOUNDS), None)
     if bound is not None:
         gate = "chain_exhausted" if bound.exhaustion == "chain_exhausted" else "attempts_exhausted"

@@ -15,9 +15,9 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.utils import timezone
 
 from recovery.action_log import action_open_for
-from recovery.actions import actions_settle, handovers_run
-from recovery.continuations import continuation_create
-from recovery.followups import messages_admit
+from recovery.actions.commands import actions_settle, handovers_run
+from recovery.actions.continuations import continuation_create
+from recovery.actions.followups import messages_admit
 from recovery.models import RecoveryAction
 from recovery.rules import classify as c
 from recovery.rules.gates import first_closed_gate

@@ -17,7 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from console.views import TABS
-from recovery.actions import action_decide, actions_settle
+from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import HeldCopy
 from recovery.modes import profile_update
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action

@@ -15,10 +15,9 @@ from recovery.models import RecoveryAction, RecoveryAttempt
 from tasks.models import Run
 from tests.browser.pages import reload_until
 from tests.factories import make_agent, worker_token
-from tests.sdk.drive import start_agent
-from tests.sdk.drive_pydantic import killed_during_the_second_tool_call
+from tests.sdk.drive import stop
+from tests.sdk.drive_pydantic import killed_during_the_second_tool_call, start_agent
 from tests.sdk.pydantic_agent import read_log
-from tests.sdk.test_agent_process import stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

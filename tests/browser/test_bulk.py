@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from recovery.actions import action_cancel, action_decide
+from recovery.actions.commands import action_cancel, action_decide
 from recovery.bulk.operations import bulk_advance, bulk_batch
 from recovery.models import BulkItem, BulkOperation, RecoveryAttempt
 from tests.browser.pages import expect_live, no_horizontal_overflow

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recovery.actions import action_decide
+from recovery.actions.commands import action_decide
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Task

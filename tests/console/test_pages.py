@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from recovery.actions import action_decide, actions_settle
+from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
 from recovery.triage import BoardFilter, board_count

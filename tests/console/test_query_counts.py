@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery.actions import action_decide, actions_settle
+from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import RecoveryAction, RecoveryAttempt
 from tasks.models import Run, Step, Task
 from tests.console.scenarios import running_task, unknown_outcome_action

@@ -430,7 +430,7 @@ GRANT = expect(401, 403, 403, 202, 404, NA, 403)
 
 @pytest.fixture
 def bypass(org, other_org, agent, viewer, operator, admin_user):
-    from recovery.actions import action_cancel
+    from recovery.actions.commands import action_cancel
     from recovery.models import RecoveryAction
     from recovery.supervisor.loop import supervise_once
     from tasks.models import Run
@@ -443,7 +443,7 @@ def bypass(org, other_org, agent, viewer, operator, admin_user):
     action = RecoveryAction.objects.get(run=second, status="exhausted")
     action_cancel(action_id=action.pk, user=operator, version=action.version)
     # The bypass, once through the service: refused, and the bound is asked about again on an action of its own.
-    from recovery.controls import task_continue
+    from recovery.actions.controls import task_continue
 
     refused = task_continue(user=operator, task_id=second.task_id)
     assert refused.run is None and refused.gate.gate == "attempts_exhausted"

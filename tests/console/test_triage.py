@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery.actions import actions_settle
+from recovery.actions.commands import actions_settle
 from recovery.models import RecoveryAction, SavedView
 from tasks.models import Task
 from tasks.services import run_request_stop, task_create, task_pause
@@ -239,7 +239,7 @@ def row_of(content: str, task_id: int) -> str:
 
 
 def test_needs_follow_through_lists_idle_tasks_whose_run_failed_or_whose_follow_ups_wait(login, org, operator, triage):
-    from recovery.followups import message_save
+    from recovery.actions.followups import message_save
 
     failed, _ = failed_task(org, title="t-failed", error="disk full")
     written = task_create(org=org, actor="t", title="t-followup", agent="builder", input=SAFE_PLAN)

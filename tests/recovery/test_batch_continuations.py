@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.actions import action_decide, action_retry
+from recovery.actions.commands import action_decide, action_retry
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
 from tasks.errors import NotEligible
@@ -85,8 +85,8 @@ def test_a_batch_that_made_progress_since_its_last_cut_resumes_again(org, agent)
 
 
 def test_continue_now_asks_about_the_item_not_the_whole_batch(org, agent):
-    # Continue now opens the decision through this helper (recovery.controls) when none is live.
-    from recovery.controls import _open_decision
+    # Continue now opens the decision through this helper (recovery.actions.controls) when none is live.
+    from recovery.actions.controls import _open_decision
     from recovery.selectors import diagnose
 
     run = cut_batch(engine.first_run(engine.start(org, [WRITE])), 1)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.actions import action_retry
+from recovery.actions.commands import action_retry
 from recovery.models import RecoveryAction
 from tasks import services
 from tasks.errors import NotEligible

@@ -3,7 +3,7 @@
 import pytest
 from django.db import transaction
 
-from recovery.actions import action_decide
+from recovery.actions.commands import action_decide
 from recovery.bulk.operations import (
     bulk_advance,
     bulk_batch,

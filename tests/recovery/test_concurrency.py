@@ -70,7 +70,7 @@ def test_two_opposite_dependency_additions_at_once_never_form_a_cycle(org, agent
     Each addition's cycle check is held until the other has had the chance to read the graph too, so
     without a lock both would pass it; the organization's lock makes the second read after the first commits.
     """
-    from recovery import controls
+    from recovery.actions import controls
 
     a, b = e.start(org, [e.SAFE], title="a"), e.start(org, [e.SAFE], title="b")
     both_read = threading.Barrier(2, timeout=2)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.actions import action_cancel
+from recovery.actions.commands import action_cancel
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Message, Run, Task
@@ -296,7 +296,7 @@ def test_close_stops_the_live_run_retires_live_actions_and_marks_waiting_follow_
     api, org, agent, operator
 ):
     action = e.parked(org, [e.SAFE, e.WRITE], 2)
-    from recovery.followups import message_save
+    from recovery.actions.followups import message_save
 
     task = Task.objects.get(pk=action.task_id)
     message = message_save(user=operator, task=task, body="please also update the index")

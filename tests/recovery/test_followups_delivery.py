@@ -9,7 +9,7 @@ that ends it, read from the facts now.
 import pytest
 from django.test import Client
 
-from recovery.followups import message_save
+from recovery.actions.followups import message_save
 from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Message, Run, Task
 from tests.helpers import visible_text

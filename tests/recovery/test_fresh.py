@@ -100,7 +100,7 @@ def test_the_old_chain_is_no_longer_recovered_after_a_fresh_start(org, agent, ap
     assert list(Run.objects.filter(task=task).order_by("id").values_list("pk", flat=True)) == [old.pk, fresh.pk]
     assert not RecoveryAction.objects.filter(run=old).exists()
     # And continuing the old run by hand is refused: the task was started over.
-    from recovery.continuations import continuation_create
+    from recovery.actions.continuations import continuation_create
     from tasks.errors import NotEligible
 
     with pytest.raises(NotEligible, match="started over"):

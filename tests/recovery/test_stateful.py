@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from recovery.actions import action_cancel, action_decide, action_retry
-from recovery.followups import message_save
+from recovery.actions.commands import action_cancel, action_decide, action_retry
+from recovery.actions.followups import message_save
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.rules import classify as c
 from recovery.rules.gates import first_closed_gate

@@ -132,7 +132,7 @@ def test_deliberate_stops_are_not_interruptions_and_each_resume_continues_once(o
     nothing is exhausted, and each Resume continues the run once, as its card said (issue 20, item 2)."""
     from django.test import Client
 
-    from recovery.followups import message_save
+    from recovery.actions.followups import message_save
     from tests.helpers import visible_text
 
     page = Client()
@@ -280,7 +280,7 @@ def test_four_supervisors_at_once_recover_each_of_20_runs_exactly_once(org, agen
 
 @pytest.mark.django_db(transaction=True)
 def test_a_started_retry_is_settled_by_its_claim_and_four_supervisors_change_nothing_more(org, agent, operator):
-    from recovery.actions import action_retry
+    from recovery.actions.commands import action_retry
 
     # Every crash lapses every live lease, so crash all first, then retry and start each continuation.
     actions = [e.parked(org, [e.SAFE, e.WRITE], 2, title=f"t{i}") for i in range(8)]
@@ -312,7 +312,7 @@ def test_a_started_retry_is_settled_by_its_claim_and_four_supervisors_change_not
 def test_four_supervisors_at_once_admit_one_run_per_task_for_its_follow_ups(org, agent, operator):
     """Follow-ups on runs that succeeded, were stopped by a person, or were handed back by a run cut off before it
     read them: four supervisors at once admit exactly one run for each task, carrying every follow-up once."""
-    from recovery.followups import message_save
+    from recovery.actions.followups import message_save
     from tasks.models import Message
     from tasks.services import run_request_stop
 

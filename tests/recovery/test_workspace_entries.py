@@ -136,7 +136,7 @@ def test_an_isolated_reissue_makes_links_empty_directories_and_fifos_again(org, 
 
 
 def test_a_decision_that_a_bash_step_happened_takes_its_links_and_fifos_as_its_effect(org, agent, operator):
-    from recovery.actions import action_decide
+    from recovery.actions.commands import action_decide
     from recovery.models import RecoveryAction
 
     task = e.start(org, [("bash", {"command": "ln -s target link && mkfifo pipe"}), e.SAFE])

@@ -244,7 +244,7 @@ def test_a_reissue_never_starts_when_recorded_content_was_not_kept(org, agent, a
 
 
 def test_a_decision_that_a_cut_off_write_happened_takes_its_file_as_written(org, agent, operator):
-    from recovery.actions import action_decide
+    from recovery.actions.commands import action_decide
 
     task = e.start(org, [(W, {"path": "out.txt", "content": "hello"}), ("file_read", {"path": "out.txt"})])
     run = e.claim(e.first_run(task))
@@ -476,7 +476,7 @@ def test_a_stale_version_another_run_or_a_retired_action_is_refused_with_its_rea
     assert r.status_code == 400
     from django.db import transaction
 
-    from recovery.actions import action_retire
+    from recovery.actions.commands import action_retire
 
     with transaction.atomic():
         action_retire(action, reason="the test retired it")
@@ -517,7 +517,7 @@ def test_a_repair_task_returns_the_action_to_its_return_owner_when_done(diverged
     e.finish(e.claim(run))  # an empty plan: the repair task is done
     action.refresh_from_db()
     assert action.recovery_owner == "user:ada" and action.status == "open"
-    from recovery.api_shapes import action_view_of
+    from recovery.api.shapes import action_view_of
     from recovery.presenter import plain
 
     view = action_view_of(action, user=admin_user)

@@ -10,9 +10,9 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
-from recovery.actions import action_cancel, action_decide, action_retry
-from recovery.controls import task_continue
-from recovery.followups import message_save
+from recovery.actions.commands import action_cancel, action_decide, action_retry
+from recovery.actions.controls import task_continue
+from recovery.actions.followups import message_save
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.supervisor.loop import supervise_once
 from tasks.models import Message, Run, Task

@@ -3,8 +3,8 @@ name with that state, for one task in every state, on both databases."""
 
 import pytest
 
-from recovery.actions import action_cancel
-from recovery.controls import task_close, task_dependencies
+from recovery.actions.commands import action_cancel
+from recovery.actions.controls import task_close, task_dependencies
 from recovery.models import RecoveryAction
 from recovery.selectors import task_queryset
 from recovery.supervisor.loop import supervise_once

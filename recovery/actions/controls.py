@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from recovery import presenter
 from recovery.action_log import action_open, action_open_for
-from recovery.actions import action_retire
-from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
+from recovery.actions.commands import action_retire
+from recovery.actions.continuations import continuation_blocked, continuation_create, source_diagnosis
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.rules import classify as c
 from recovery.rules.gates import BOUNDS, first_closed_gate

@@ -19,7 +19,7 @@ from django.db.models import Max
 
 from recovery import presenter
 from recovery.action_log import action_open_for
-from recovery.continuations import Blocked, continuation_blocked, continuation_create
+from recovery.actions.continuations import Blocked, continuation_blocked, continuation_create
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.selectors import continuation_source
 from recovery.workspaces import validation as workspaces

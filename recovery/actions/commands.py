@@ -4,7 +4,7 @@ Operator writes carry the `version` they saw: a stale one is refused
 (`StaleVersion`) and changes nothing. Gates are evaluated at the moment of the
 admission, never taken from what a card showed. Status moves go through the
 table in `recovery.transitions`; an action is settled by the fact that settles
-it, in that fact's transaction (`recovery.settle`), not by a later sweep.
+it, in that fact's transaction (`recovery.actions.settle`), not by a later sweep.
 """
 
 from django.db import IntegrityError, transaction
@@ -17,7 +17,7 @@ from recovery.action_log import (
     action_locked,
     action_move,
 )
-from recovery.continuations import continuation_create
+from recovery.actions.continuations import continuation_create
 from recovery.models import (
     LIVE_ACTION_STATUSES,
     ActionKind,
@@ -449,7 +449,7 @@ def actions_settle(*, now=None) -> dict:
     after the retry was accepted (the queued run is cancelled, and the card says
     which gate); open → exhausted when attempts are used up or the due time
     passed; stale actions are retired. Starting and ending continuations settle
-    their actions in their own transactions (recovery.settle), not here.
+    their actions in their own transactions (recovery.actions.settle), not here.
     """
     from tasks.holds import task_hold
     from tasks.selectors import task_facts
@@ -466,7 +466,7 @@ def actions_settle(*, now=None) -> dict:
         if hold is None:
             continue
         with transaction.atomic():
-            # Cancelling the queued run settles the action (recovery.settle); the gate is noted on both.
+            # Cancelling the queued run settles the action (recovery.actions.settle); the gate is noted on both.
             if run_cancel_queued(
                 actor="supervisor",
                 run_id=run.pk,

@@ -4,8 +4,11 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, presenter, schemas, selectors, start_over
-from recovery.api_shapes import action_data, attempt_data, run_data, task_data
+from recovery import presenter, selectors
+from recovery.actions import commands as actions
+from recovery.actions import controls, followups, start_over
+from recovery.api import schemas
+from recovery.api.shapes import action_data, attempt_data, run_data, task_data
 from recovery.modes import current_modes
 from recovery.workspaces import repairs
 from recovery.workspaces import validation as workspaces

@@ -166,7 +166,7 @@ def task_data(task: Task, *, detail: bool = False) -> dict:
 
 def _messages(task: Task) -> list[dict]:
     """The task's follow-ups; a waiting one's reason is read from the facts now, never a stale saved string."""
-    from recovery.followups import waiting_reason
+    from recovery.actions.followups import waiting_reason
 
     wait = waiting_reason(task) if any(m.status == "waiting" for m in task.message_list) else None
     return [message_data(m, waiting_reason=wait if m.status == "waiting" else None) for m in task.message_list]
