@@ -246,7 +246,9 @@ def changes_inbox(kind: str) -> bool:
 
 
 def task_snapshot(user, task_id: int) -> str:
-    """Every card of a task page from saved state (connect, reconnect). The composer keeps what is typed."""
+    """Every card of a task page from saved state (connect, reconnect), the follow-up composer included: a task
+    closed while the page was away no longer offers "Send follow-up". What is typed survives the swap (the page
+    carries it into the new composer, or keeps it beside the sentence that says why it cannot be sent)."""
     try:
         task = task_detail(user, task_id)
     except NotFound:
@@ -256,6 +258,7 @@ def task_snapshot(user, task_id: int) -> str:
         cards.render_task_header(task, user=user, oob=True)
         + cards.render_actions(task, user=user, task_runs=task_runs, oob=True)
         + cards.render_messages(task, user=user, oob=True)
+        + cards.render_composer(task, user=user, oob=True)
         + cards.render_chain(task, task_runs, user=user, oob=True)
         + cards.render_workspace(task, user=user, oob=True)
     )
@@ -343,6 +346,36 @@ def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int
 
 def run_update(run_id: int, *, viewer) -> str:
     return run_snapshot(viewer, run_id)
+
+
+# --- leases (no event: read on the relay's schedule) -------------------------------------------
+
+LEASE_STATUSES = ("running", "stopping")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A running run's lease line as a page shows it: `key` changes with each heartbeat (a heartbeat appends no
+    event, so the relay reads these on its re-check schedule and pushes the lines that moved)."""
+
+    run_id: int
+    key: tuple
+    html: str
+
+
+def leases_of(task_ids: set[int]) -> dict[int, list[Lease]]:
+    """{task: the lease lines of its running or stopping runs}, from saved state, one query."""
+    from django.template.loader import render_to_string
+
+    runs = Run.objects.filter(task_id__in=task_ids, status__in=LEASE_STATUSES).only(
+        "id", "task_id", "status", "started_at", "last_heartbeat_at", "lease_expires_at"
+    )
+    out: dict[int, list[Lease]] = {t: [] for t in task_ids}
+    for run in runs.order_by("id"):
+        key = (run.status, run.started_at, run.last_heartbeat_at, run.lease_expires_at)
+        html = render_to_string("console/run_ops.html#lease", {"run": run, "lease_oob": True})
+        out[run.task_id].append(Lease(run.pk, key, html))
+    return out
 
 
 def render_page_for(user, page: str, obj_id: int | None, filters: dict, role: str | None = None) -> str:

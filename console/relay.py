@@ -200,6 +200,7 @@ class Relay:
                 if access is not None:
                     await consumer.apply_access(access)
             await self._refresh_alerts([c for c in consumers if c.subscribed])
+            await self._refresh_leases([c for c in consumers if c.subscribed])
 
     async def _refresh_alerts(self, consumers) -> None:
         """The header's warnings on every live page: a supervisor gone silent or queued runs with no worker is
@@ -219,6 +220,28 @@ class Relay:
             if key != consumer.alerts_key:
                 consumer.alerts_key = key
                 await consumer.push_extra(html)
+
+    async def _refresh_leases(self, consumers) -> None:
+        """Heartbeats on task and run pages: a heartbeat appends no event, so the lease lines of running runs are
+        read here, once per task, and a page gets the lines whose heartbeat or lease moved since it last had
+        them — the live card says what a reload says ("last heartbeat 3 s ago", never "no heartbeat yet")."""
+        pages = [c for c in consumers if getattr(c, "page", None) in ("task", "run") and c.task_id]
+        if not pages:
+            return
+        try:
+            found = await database_sync_to_async(live.leases_of, thread_sensitive=False)({c.task_id for c in pages})
+        except Exception:
+            log.exception("lease lines: reading them failed; trying again next interval")
+            return
+        for consumer in pages:
+            leases = [
+                x for x in found.get(consumer.task_id, ()) if consumer.page == "task" or x.run_id == consumer.obj_id
+            ]
+            seen = getattr(consumer, "leases_seen", None) or {}
+            moved = [x.html for x in leases if seen.get(x.run_id) != x.key]
+            consumer.leases_seen = {x.run_id: x.key for x in leases}
+            if moved:
+                await consumer.push_extra("".join(moved))
 
     def _fetch(self) -> list[Event]:
         events = []
