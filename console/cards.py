@@ -214,6 +214,20 @@ def render_run_card(run: Run, task_runs: dict[int, Run], *, user, request=None, 
     return render_to_string("console/cards/run.html#card", ctx, request=request)
 
 
+def run_page_context(run: Run, ctx: dict) -> dict:
+    """What a run page shows around its card (lineage, diagnosis), from the card's own context."""
+    keys = ("diagnosis", "diagnosis_line", "continuation", "continued_by_text")
+    return {"run": run, **{k: ctx[k] for k in keys}}
+
+
+def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    """A run page's lineage and diagnosis, as the page draws them: a push redraws them with the card."""
+    ctx = {**run_page_context(run, run_context(run, task_runs, user)), "oob": oob}
+    return render_to_string("console/run.html#lineage", ctx, request=request) + render_to_string(
+        "console/run.html#diagnosis", ctx, request=request
+    )
+
+
 def task_runs_of(task_id: int) -> dict[int, Run]:
     """Every run of the task with its steps, carried messages and decisions, in a fixed number of queries."""
     from recovery.models import RecoveryAttempt

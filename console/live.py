@@ -270,8 +270,10 @@ def run_snapshot(user, run_id: int) -> str:
         return ""
     task_runs = cards.task_runs_of(run.task_id)
     run = task_runs[run_id]
-    return cards.render_run_card(run, task_runs, user=user, oob=True) + cards.render_run_repair(
-        run, user=user, oob=True
+    return (
+        cards.render_run_card(run, task_runs, user=user, oob=True)
+        + cards.render_run_repair(run, user=user, oob=True)
+        + cards.render_run_page_parts(run, task_runs, user=user, oob=True)
     )
 
 
