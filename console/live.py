@@ -54,7 +54,8 @@ MESSAGE_EVENTS = frozenset(
         "run_stopped",
     }
 )
-COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened"})
+# Events after which the task may be open or closed (a run that finishes its work closes it as done).
+COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened", "run_finished"})
 # Events after which the files or the workspace's hold may differ (the panel reads the disk again).
 QUIET_FOR_WORKSPACE = frozenset(
     {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed"}
@@ -65,8 +66,9 @@ def parts_for(kinds: set[str]) -> set[str]:
     """Which parts of a task page an event batch changes, by the events' kinds.
 
     The header (state, budget) follows every change; step events touch only
-    their run card; the follow-up composer is redrawn only when the task closes
-    or reopens, so a half-typed follow-up is never replaced by a push.
+    their run card; the follow-up composer is redrawn only when the task may close
+    or reopen (a close, a reopen, a run that finished its work), and what is typed
+    in it is carried into the new one (static/console/live.js).
     """
     parts = {"header"}
     if any(not k.startswith("step_") and not k.startswith("message") for k in kinds):

@@ -1,0 +1,419 @@
+"""Live equals reload (issue 20, items 5 and 7): a page that received the pushes, and a page that reconnected,
+says what a fresh reload of the same saved state says.
+
+Each journey below drives the real engine (the services a worker, a person and the supervisor call) through the
+card and row kinds of docs/words.md while a task page, its first run's page and the board are open on real
+sockets (the ASGI application, the relay). After every change each open page — its drawn HTML with every pushed
+fragment applied the way htmx applies it — is compared with a fresh reload: the words a person sees, the times
+by their `datetime` attribute (the text of a relative time may differ), and the version each control acts on.
+A page drawn before the journey began is also reconnected at each step (a resync with `reconnect`) and compared.
+"""
+
+import asyncio
+import difflib
+import re
+import time
+from html.parser import HTMLParser
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+
+from console import live
+from console.relay import relay
+from recovery.actions import action_cancel, action_decide, action_retry
+from recovery.controls import task_close, task_continue, task_reopen
+from recovery.followups import message_save
+from recovery.fresh import task_start_over
+from recovery.models import RecoveryAction
+from recovery.repairs import action_repair
+from recovery.supervisor import supervise_once
+from tasks.models import Message, Run, Task
+from tasks.services import messages_ack, run_heartbeat, run_request_stop, task_pause, task_resume
+from tests.factories import make_agent
+from tests.helpers import outer_html, visible_text
+from tests.live.test_consumers import connect, cursor_of, live_settings, page_html  # noqa: F401 (a fixture)
+from tests.recovery import engine as e
+from tests.recovery.workdisk import crash_at, edit_by_hand, validation_action
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+CSRF = re.compile(r'<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">')
+TIME = re.compile(r'<time\b[^>]*\bdatetime="([^"]*)"[^>]*>.*?</time>', re.S)
+VERSION = re.compile(r'name="(version|run)" value="([^"]*)"')
+
+
+# --- a page as htmx keeps it --------------------------------------------------------------------------------
+
+
+def top_elements(html: str) -> list[str]:
+    """The top-level elements of a pushed message, in order (what htmx's websocket extension swaps one by one)."""
+
+    class Top(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=False)
+            self.depth, self.start, self.found = 0, None, []
+
+        def at(self) -> int:
+            line, col = self.getpos()
+            return starts[line - 1] + col
+
+        def handle_starttag(self, tag, attrs):
+            if self.depth == 0:
+                self.start = self.at()
+            if tag in VOID:
+                if self.depth == 0:
+                    self.found.append(html[self.start : self.start + len(self.get_starttag_text())])
+                return
+            self.depth += 1
+
+        def handle_startendtag(self, tag, attrs):
+            if self.depth == 0:
+                start = self.at()
+                self.found.append(html[start : start + len(self.get_starttag_text())])
+
+        def handle_endtag(self, tag):
+            if tag in VOID:
+                return
+            self.depth -= 1
+            if self.depth == 0:
+                end = html.index(">", self.at()) + 1
+                self.found.append(html[self.start : end])
+
+    starts, pos = [], 0
+    for line in html.split("\n"):
+        starts.append(pos)
+        pos += len(line) + 1
+    parser = Top()
+    parser.feed(html)
+    parser.close()
+    return parser.found
+
+
+def opening(element: str) -> str:
+    return element[: element.index(">") + 1]
+
+
+def attr(element: str, name: str) -> str | None:
+    found = re.search(rf'\s{name}="([^"]*)"', opening(element))
+    return found.group(1) if found else None
+
+
+def inner(element: str) -> str:
+    return element[len(opening(element)) : element.rindex("<")]
+
+
+def swap(page: str, message: str) -> str:
+    """`page` after htmx applied the out-of-band fragments of one pushed message (and live.js's one rule: a "new"
+    row the page already shows replaces that row)."""
+    for element in top_elements(message):
+        how = attr(element, "hx-swap-oob") or "true"
+        element = re.sub(r'\s*hx-swap-oob="[^"]*"', "", element, count=1)
+        if how == "true":
+            target = attr(element, "id")
+            if target and f'id="{target}"' in page:
+                page = page.replace(outer_html(page, target), element, 1)
+            continue
+        where, _, target = how.partition(":#")
+        old = outer_html(page, target)
+        content = inner(element)
+        first = top_elements(content)
+        known = attr(first[0], "id") if first else None
+        if known and f'id="{known}"' in page:
+            page = page.replace(outer_html(page, known), first[0], 1)
+        elif where == "beforeend":
+            page = page.replace(old, old[: old.rindex("<")] + content + old[old.rindex("<") :], 1)
+        elif where == "afterbegin":
+            page = page.replace(old, opening(old) + content + old[len(opening(old)) :], 1)
+        else:
+            raise AssertionError(f"a swap this page does not expect: {how}")
+    return page
+
+
+def words(page: str, part: str | None = None) -> str:
+    """What a person reads in the page's main content (or one part of it): times as their moment, the reconnect
+    notice left out, and the versions its controls act on."""
+    html = outer_html(page, part) if part else re.search(r"<main>(.*)</main>", page, re.S).group(1)
+    if 'id="live-notice"' in html:
+        html = html.replace(outer_html(html, "live-notice"), "")
+    html = CSRF.sub("", html)
+    versions = " ".join(f"[{k}={v}]" for k, v in VERSION.findall(html))
+    html = TIME.sub(lambda m: f" [at {m.group(1)}] ", html)
+    return visible_text(html) + " " + versions
+
+
+def assert_same(where: str, live_page: str, reloaded: str, part: str | None = None) -> None:
+    shown, fresh = words(live_page, part), words(reloaded, part)
+    if shown != fresh:
+        diff = "\n".join(
+            difflib.unified_diff(
+                re.split(r"(?<=[.:;—])\s+", fresh), re.split(r"(?<=[.:;—])\s+", shown), "reload", where, lineterm=""
+            )
+        )
+        raise AssertionError(f"{where} does not say what a reload says:\n{diff}")
+
+
+# --- open pages ---------------------------------------------------------------------------------------------
+
+
+class Open:
+    """A page drawn by the server, its socket opened the way live.js opens it, and every push applied."""
+
+    def __init__(self, user, url: str, part: str | None = None):
+        self.user, self.url, self.part = user, url, part
+
+    async def reload(self) -> str:
+        return await sync_to_async(page_html)(self.user, self.url)
+
+    async def open(self) -> "Open":
+        self.html = self.first = await self.reload()
+        self.socket = await self.connect()
+        # The page asks to be brought up to date; asking from one event back makes the answer certain, which
+        # proves the socket is subscribed before the journey changes anything.
+        await self.socket.send_json_to({"type": "resync", "last_event": self.cursor() - 1, "reconnect": False})
+        await self.take(lambda m: cursor_of(m) >= 0)
+        return self
+
+    async def connect(self):
+        path = re.search(r'ws-connect="([^"]+)"', self.html).group(1).replace("&amp;", "&")
+        return await connect(path, self.user)
+
+    def cursor(self) -> int:
+        return int(re.search(r'id="live-cursor" data-last-event="(\d+)"', self.html).group(1))
+
+    async def take(self, done, *, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            message = await self.socket.receive_from(timeout=max(0.01, deadline - time.monotonic()))
+            self.html = swap(self.html, message)
+            if done(message):
+                return
+
+    async def settle(self, quiet: float = 0.4) -> None:
+        """Apply every push until the relay has handed on the last event and nothing more arrives for a while."""
+        target = await database_sync_to_async(live.last_event_id)()
+        deadline = time.monotonic() + 10
+        while (relay.last_id or 0) < target and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        while True:
+            if await self.socket.receive_nothing(timeout=quiet):
+                return
+            self.html = swap(self.html, await self.socket.receive_from())
+
+    async def reconnected(self) -> str:
+        """The page as first drawn, after a reconnect: its socket closed, a new one asks for every card again."""
+        socket = await self.connect()
+        try:
+            await socket.send_json_to({"type": "resync", "last_event": self.cursor_of(self.first), "reconnect": True})
+            html = self.first
+            while True:
+                message = await socket.receive_from(timeout=5)
+                html = swap(html, message)
+                if 'id="live-notice"' in message:
+                    return html
+        finally:
+            await socket.disconnect()
+
+    @staticmethod
+    def cursor_of(html: str) -> int:
+        return int(re.search(r'id="live-cursor" data-last-event="(\d+)"', html).group(1))
+
+    async def check(self, step: str) -> None:
+        await self.settle()
+        reloaded = await self.reload()
+        assert_same(f"{self.url} live after {step}", self.html, reloaded, self.part)
+        assert_same(f"{self.url} reconnected after {step}", await self.reconnected(), reloaded, self.part)
+
+    async def close(self) -> None:
+        await self.socket.disconnect()
+
+
+class Journey:
+    """A task page, its first run's page and the board, open and live while the engine moves the task on."""
+
+    def __init__(self, user, task: Task):
+        self.user, self.task = user, task
+        self.pages: list[Open] = []
+
+    async def __aenter__(self) -> "Journey":
+        task, run = await database_sync_to_async(self._first)()
+        urls = [(f"/tasks/{task.pk}/", None), ("/?state=all", "board-rows")]
+        if run is not None:
+            urls.append((f"/agents/{run.agent.name}/runs/{run.pk}/", None))
+        for url, part in urls:
+            self.pages.append(await Open(self.user, url, part).open())
+        return self
+
+    def _first(self):
+        return self.task, Run.objects.filter(task=self.task).select_related("agent").order_by("id").first()
+
+    async def __aexit__(self, *exc) -> None:
+        for page in self.pages:
+            await page.close()
+
+    async def step(self, name: str, change, *args, **kwargs):
+        result = await database_sync_to_async(change)(*args, **kwargs)
+        for page in self.pages:
+            await page.check(name)
+        return result
+
+    def page(self, url_part: str) -> str:
+        return next(p.html for p in self.pages if url_part in p.url)
+
+
+def heartbeat(run: Run) -> None:
+    run.refresh_from_db()
+    run_heartbeat(worker=run.lease_worker, run_id=run.pk, epoch=run.lease_epoch)
+
+
+def ack(run: Run) -> None:
+    run.refresh_from_db()
+    ids = list(Message.objects.filter(run=run).values_list("pk", flat=True))
+    messages_ack(worker=run.lease_worker, run_id=run.pk, epoch=run.lease_epoch, ids=ids)
+
+
+def fresh(action: RecoveryAction) -> RecoveryAction:
+    action.refresh_from_db()
+    return action
+
+
+def latest(task: Task) -> Run:
+    return Run.objects.filter(task=task).order_by("-id").first()
+
+
+# --- journeys -----------------------------------------------------------------------------------------------
+
+
+async def test_a_run_from_queued_to_done_with_heartbeats_a_stop_and_follow_ups(org, agent, operator):
+    """Queued, claimed with no heartbeat yet, heartbeats (no event: the lease line is pushed on the relay's
+    schedule), follow-ups waiting, admitted, handed over and read, stopping, stopped by a person, done, closed,
+    reopened, not delivered and delivered again."""
+    task = await database_sync_to_async(e.start)(org, [e.SAFE, e.SAFE, e.SAFE])
+    run = await database_sync_to_async(e.first_run)(task)
+    async with Journey(operator, task) as j:
+        run = await j.step("a claim", e.claim, run)
+        assert "no heartbeat yet" in j.page("/tasks/")
+        await j.step("a heartbeat", heartbeat, run)
+        assert "last heartbeat" in j.page("/tasks/") and "no heartbeat yet" not in j.page("/tasks/")
+        await j.step("a follow-up while the run works", message_save, user=operator, task=task, body="also a summary")
+        await j.step("a step", e.do_step, run, 1)
+        await j.step("a stop", run_request_stop, actor=operator, run=run)
+        await j.step("the stop's receipt", e.finish, run, "stopped")
+        await j.step("the supervisor's pass", supervise_once)
+        cont = await database_sync_to_async(latest)(task)
+        cont = await j.step("the continuation's claim", e.claim, cont)
+        await j.step("the follow-up read", ack, cont)
+        await j.step("its steps", e.advance, cont, 3)
+        await j.step("the continuation's end", e.finish, cont)
+        await j.step("a reopen", task_reopen, user=operator, task_id=task.pk, reason="one more pass")
+        await j.step("another follow-up", message_save, user=operator, task=task, body="and the index")
+        await j.step("a close", task_close, user=operator, task_id=task.pk, resolution="done", reason="enough")
+        assert "Send follow-up" not in j.page("/tasks/")
+
+
+async def test_an_unknown_outcome_decided_retried_and_continued(org, agent, operator):
+    """Needs decision, unresolved, decision recorded (queued), continuing, continued; a step marked performed."""
+    action = await database_sync_to_async(e.parked)(org, [e.SAFE, e.WRITE, e.SAFE], 2)
+    task = await database_sync_to_async(Task.objects.get)(pk=action.task_id)
+    async with Journey(operator, task) as j:
+
+        def decide(outcome, note):
+            a = fresh(action)
+            return action_decide(
+                action_id=a.pk, user=operator, version=a.version, outcome=outcome, note=note, accept_duplicate_risk=True
+            )
+
+        await j.step("an unresolved decision", decide, "unresolved", "asked the vendor")
+        await j.step("a decision", decide, "performed", "report.md is on disk")
+        cont = await database_sync_to_async(latest)(task)
+        cont = await j.step("the continuation's claim", e.claim, cont)
+        await j.step("its steps", e.advance, cont, 3)
+        await j.step("its end", e.finish, cont)
+
+
+async def test_a_retry_an_interrupted_continuation_an_exhausted_action_and_its_cancel(org, operator, admin_user):
+    """Safe to continue (auto-resume off), retry requested, continuing, interrupted again, exhausted, cancelled,
+    Continue now refused by the bound, a fresh start."""
+    await database_sync_to_async(make_agent)(org, "careful", auto_resume=False)
+    run = await database_sync_to_async(e.interrupted)(org, [e.SAFE, e.SAFE, e.SAFE], 2, agent="careful")
+    task = await database_sync_to_async(Task.objects.get)(pk=run.task_id)
+    async with Journey(operator, task) as j:
+        await j.step("the supervisor's pass", supervise_once)
+        action = await database_sync_to_async(RecoveryAction.objects.get)(run=run)
+
+        def retry():
+            a = fresh(action)
+            return action_retry(action_id=a.pk, user=operator, version=a.version)
+
+        attempt = await j.step("a retry", retry)
+        cont = await database_sync_to_async(lambda: Run.objects.get(pk=attempt.continuation_run_id))()
+        await j.step("its claim, its steps and its cut-off", e.crash_after_dispatch, cont, 2)
+        await j.step("the next pass", supervise_once)
+
+        def cancel_live():
+            a = RecoveryAction.objects.filter(task=task, status__in=("open", "exhausted")).order_by("-id").first()
+            return action_cancel(action_id=a.pk, user=operator, version=a.version)
+
+        await j.step("a cancel", cancel_live)
+
+        def continue_now():
+            try:
+                return task_continue(user=operator, task_id=task.pk)
+            except Exception as exc:  # a refusal is an answer too; the pages must agree either way
+                return exc
+
+        await j.step("Continue now", continue_now)
+        await j.step("the next pass", supervise_once)
+        await j.step("a fresh start", task_start_over, task_id=task.pk, user=admin_user, accept_duplicate_risk=True)
+
+
+async def test_a_pause_and_a_resume_of_a_queued_run(org, agent, operator):
+    task = await database_sync_to_async(e.start)(org, [e.SAFE])
+    async with Journey(operator, task) as j:
+        await j.step("a pause", task_pause, actor=operator, task=task)
+        await j.step("a follow-up while paused", message_save, user=operator, task=task, body="when you can")
+        await j.step("a resume", task_resume, actor=operator, task=task)
+        run = await j.step("a claim", e.claim, await database_sync_to_async(latest)(task))
+        await j.step("its step", e.advance, run, 1)
+        await j.step("the end", e.finish, run)
+
+
+WORKSPACE_PLAN = [
+    ("file_write", {"path": "draft.md", "content": "first draft\n"}),
+    ("sleep", {"seconds": 0}),
+    ("file_write", {"path": "draft.md", "content": "final\n"}),
+]
+
+
+async def test_a_workspace_repair_leaves_the_card_and_the_panel_saying_the_same(org, agent, admin_user):
+    """Workspace changed (2 files differ), a reconcile that adopts one and holds the other, an isolated reissue:
+    the card's evidence is the repair's reading, and every page that shows it is pushed again."""
+
+    def diverge():
+        task = e.start(org, WORKSPACE_PLAN)
+        crash_at(e.first_run(task), 2)
+        edit_by_hand(task, "draft.md", "first draft\nby hand\n")
+        edit_by_hand(task, "todo.txt", "added\n")
+        return task
+
+    task = await database_sync_to_async(diverge)()
+    async with Journey(admin_user, task) as j:
+        await j.step("the supervisor's pass", supervise_once)
+        action = await database_sync_to_async(validation_action)(task)
+        card = visible_text(outer_html(j.page("/tasks/"), f"action-{action.pk}"))
+        assert "Workspace changed — 2 files differ" in card
+
+        def repair(name):
+            a = fresh(action)
+            return action_repair(action_id=a.pk, user=admin_user, version=a.version, repair=name, run=a.run_id)
+
+        await j.step("a reconcile that holds a file", repair, "reconcile")
+        page = j.page("/tasks/")
+        card = visible_text(outer_html(page, f"action-{action.pk}"))
+        assert "Workspace changed — 1 file differs" in card, card
+        assert "todo.txt" not in card.split("Reconcile by")[0], card  # adopted: no longer listed as differing
+        assert "adopts into the manifest the files only a person changed (none)" in card, card
+        panel = visible_text(outer_html(page, f"workspace-{task.pk}"))
+        assert "1 differ" in panel and "draft.md" in panel, panel
+        await j.step("an isolated reissue", repair, "reissue")
