@@ -417,3 +417,68 @@ async def test_a_workspace_repair_leaves_the_card_and_the_panel_saying_the_same(
         panel = visible_text(outer_html(page, f"workspace-{task.pk}"))
         assert "1 differ" in panel and "draft.md" in panel, panel
         await j.step("an isolated reissue", repair, "reissue")
+
+
+# --- one item at a time -------------------------------------------------------------------------------------
+
+
+async def test_a_page_that_reconnects_after_its_task_turned_done_no_longer_offers_send_follow_up(org, agent, operator):
+    task = await database_sync_to_async(e.start)(org, [e.SAFE])
+    page = await Open(operator, f"/tasks/{task.pk}/").open()
+    await page.close()  # the network drops; meanwhile the run does its work and the task is done
+    run = await database_sync_to_async(e.claim)(await database_sync_to_async(latest)(task))
+    await database_sync_to_async(e.advance)(run, 1)
+    await database_sync_to_async(e.finish)(run)
+    assert "Send follow-up" in page.first
+    again = await page.reconnected()
+    composer = visible_text(outer_html(again, f"composer-{task.pk}"))
+    assert "Send follow-up" not in composer
+    assert f"Task #{task.pk} is done: follow-ups are refused until an operator reopens it." in composer
+
+
+def test_a_follow_up_sent_to_a_task_that_closed_meanwhile_is_refused_and_what_was_typed_stays_on_the_page(
+    org, agent, operator
+):
+    from django.test import Client
+
+    task = e.start(org, [e.SAFE])
+    task_close(user=operator, task_id=task.pk, resolution="done", reason="enough")
+    client = Client()
+    client.force_login(operator)
+    response = client.post(f"/tasks/{task.pk}/messages/", {"body": "one more <thing>"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "Send follow-up" not in html
+    kept = re.search(r"<form[^>]*data-kept[^>]*>.*?</form>", html, re.S).group(0)
+    assert " hidden" not in opening(kept)
+    assert "Not sent — what you wrote is kept here so you can copy it" in visible_text(kept)
+    assert "one more &lt;thing&gt;</textarea>" in kept
+
+
+def test_after_a_reconcile_that_holds_a_file_the_card_lists_what_still_differs_as_the_panel_does(
+    org, agent, admin_user
+):
+    from django.test import Client
+
+    task = e.start(org, WORKSPACE_PLAN)
+    crash_at(e.first_run(task), 2)
+    edit_by_hand(task, "draft.md", "first draft\nby hand\n")
+    edit_by_hand(task, "todo.txt", "added\n")
+    supervise_once()
+    action = validation_action(task)
+    action_repair(action_id=action.pk, user=admin_user, version=action.version, repair="reconcile", run=action.run_id)
+    # What a push carries after the repair (the relay's own call for its event) and what a reload draws.
+    pushed = live.task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_repaired"})
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    for html in (pushed, page):
+        card = visible_text(outer_html(html, f"action-{action.pk}"))
+        before_result = card.split("Reconcile by")[0]
+        assert "Workspace changed — 1 file differs" in before_result, card
+        assert "todo.txt" not in before_result, card  # adopted: it no longer differs, and nothing offers to adopt it
+        assert "adopts into the manifest the files only a person changed (none)" in card, card
+        assert "2 files checked, 1 adopted into the manifest, 1 held (draft.md" in card, card  # the repair's result
+        panel = visible_text(outer_html(html, f"workspace-{task.pk}"))
+        assert "1 differ" in panel and "draft.md" in panel, panel
+    assert words(pushed, f"action-{action.pk}") == words(page, f"action-{action.pk}")
