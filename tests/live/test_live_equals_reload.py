@@ -9,7 +9,6 @@ by their `datetime` attribute (the text of a relative time may differ), and the 
 A page drawn before the journey began is also reconnected at each step (a resync with `reconnect`) and compared.
 """
 
-import asyncio
 import difflib
 import re
 import time
@@ -18,9 +17,9 @@ from html.parser import HTMLParser
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.db.models import Max, Q
 
 from console import live
-from console.relay import relay
 from recovery.actions import action_cancel, action_decide, action_retry
 from recovery.controls import task_close, task_continue, task_reopen
 from recovery.followups import message_save
@@ -28,7 +27,7 @@ from recovery.fresh import task_start_over
 from recovery.models import RecoveryAction
 from recovery.repairs import action_repair
 from recovery.supervisor import supervise_once
-from tasks.models import Message, Run, Task
+from tasks.models import Event, Message, Run, Task
 from tasks.services import messages_ack, run_heartbeat, run_request_stop, task_pause, task_resume
 from tests.factories import make_agent
 from tests.helpers import outer_html, visible_text
@@ -160,8 +159,9 @@ def assert_same(where: str, live_page: str, reloaded: str, part: str | None = No
 class Open:
     """A page drawn by the server, its socket opened the way live.js opens it, and every push applied."""
 
-    def __init__(self, user, url: str, part: str | None = None):
+    def __init__(self, user, url: str, task_id: int, *, run_id: int | None = None, part: str | None = None):
         self.user, self.url, self.part = user, url, part
+        self.task_id, self.run_id = task_id, run_id
 
     async def reload(self) -> str:
         return await sync_to_async(page_html)(self.user, self.url)
@@ -190,16 +190,26 @@ class Open:
             if done(message):
                 return
 
-    async def settle(self, quiet: float = 0.4) -> None:
-        """Apply every push until the relay has handed on the last event and nothing more arrives for a while."""
-        target = await database_sync_to_async(live.last_event_id)()
-        deadline = time.monotonic() + 10
-        while (relay.last_id or 0) < target and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+    async def settle(self, quiet: float = 0.3) -> None:
+        """Apply every push until the page's cursor reaches the last event it is told of (every event of its task
+        on the task page and the board; those that name its run on a run page), then until nothing more arrives
+        for a while (a lease line comes on the relay's re-check schedule, with no cursor)."""
+        target = await database_sync_to_async(self.awaited)()
+        deadline = time.monotonic() + 15
+        while self.cursor() < target:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{self.url}: no push up to event #{target} (the page is at #{self.cursor()})"
+            self.html = swap(self.html, await self.socket.receive_from(timeout=left))
         while True:
             if await self.socket.receive_nothing(timeout=quiet):
                 return
             self.html = swap(self.html, await self.socket.receive_from())
+
+    def awaited(self) -> int:
+        events = Event.objects.filter(task_id=self.task_id)
+        if self.run_id is not None:
+            events = events.filter(Q(run_id=self.run_id) | Q(payload__continues=self.run_id))
+        return events.aggregate(m=Max("id"))["m"] or 0
 
     async def reconnected(self) -> str:
         """The page as first drawn, after a reconnect: its socket closed, a new one asks for every card again."""
@@ -238,11 +248,14 @@ class Journey:
 
     async def __aenter__(self) -> "Journey":
         task, run = await database_sync_to_async(self._first)()
-        urls = [(f"/tasks/{task.pk}/", None), ("/?state=all", "board-rows")]
+        pages = [
+            Open(self.user, f"/tasks/{task.pk}/", task.pk),
+            Open(self.user, "/?state=all", task.pk, part="board-rows"),
+        ]
         if run is not None:
-            urls.append((f"/agents/{run.agent.name}/runs/{run.pk}/", None))
-        for url, part in urls:
-            self.pages.append(await Open(self.user, url, part).open())
+            pages.append(Open(self.user, f"/agents/{run.agent.name}/runs/{run.pk}/", task.pk, run_id=run.pk))
+        for page in pages:
+            self.pages.append(await page.open())
         return self
 
     def _first(self):
@@ -424,7 +437,7 @@ async def test_a_workspace_repair_leaves_the_card_and_the_panel_saying_the_same(
 
 async def test_a_page_that_reconnects_after_its_task_turned_done_no_longer_offers_send_follow_up(org, agent, operator):
     task = await database_sync_to_async(e.start)(org, [e.SAFE])
-    page = await Open(operator, f"/tasks/{task.pk}/").open()
+    page = await Open(operator, f"/tasks/{task.pk}/", task.pk).open()
     await page.close()  # the network drops; meanwhile the run does its work and the task is done
     run = await database_sync_to_async(e.claim)(await database_sync_to_async(latest)(task))
     await database_sync_to_async(e.advance)(run, 1)
