@@ -6,7 +6,7 @@
   // the next try, unreachable (the browser is offline, or tries keep failing) with the next try, or stopped for
   // good (the server will not take this page back). Every reconnect is scheduled here, for every close code:
   // htmx's extension retries only a few (1006, 1011–1013) and a close with 1001 would otherwise never retry.
-  var opens = 0, failures = 0, stopped = false, api = null, current = null, timer = null;
+  var opens = 0, failures = 0, stopped = false, api = null, current = null, timer = null, caughtUp = 0;
   var words = {
     connecting: "Connecting…",
     live: "Live",
@@ -104,9 +104,13 @@
   window.addEventListener("online", function () {
     if (stopped) return;
     if (open()) {
-      // The socket lived through it: say so, and catch up on anything the page may have missed meanwhile.
+      // The socket lived through it: say so, and catch up on anything the page may have missed meanwhile
+      // (at most once in a few seconds: a flapping network must not spend the socket's resync budget).
       show("live");
-      api.send(JSON.stringify({ type: "resync", last_event: lastEvent(), reconnect: false }));
+      if (Date.now() - caughtUp > 3000) {
+        caughtUp = Date.now();
+        api.send(JSON.stringify({ type: "resync", last_event: lastEvent(), reconnect: false }));
+      }
     } else {
       attempt();
     }

@@ -159,9 +159,11 @@ def assert_same(where: str, live_page: str, reloaded: str, part: str | None = No
 class Open:
     """A page drawn by the server, its socket opened the way live.js opens it, and every push applied."""
 
-    def __init__(self, user, url: str, task_id: int, *, run_id: int | None = None, part: str | None = None):
+    def __init__(
+        self, user, url: str, task_id: int, *, run_id: int | None = None, part: str | None = None, inbox=False
+    ):
         self.user, self.url, self.part = user, url, part
-        self.task_id, self.run_id = task_id, run_id
+        self.task_id, self.run_id, self.inbox = task_id, run_id, inbox
 
     async def reload(self) -> str:
         return await sync_to_async(page_html)(self.user, self.url)
@@ -207,6 +209,9 @@ class Open:
 
     def awaited(self) -> int:
         events = Event.objects.filter(task_id=self.task_id)
+        if self.inbox:
+            events = [x for x in events.only("id", "kind") if live.changes_inbox(x.kind)]
+            return max((x.pk for x in events), default=0)
         if self.run_id is not None:
             events = events.filter(Q(run_id=self.run_id) | Q(payload__continues=self.run_id))
         return events.aggregate(m=Max("id"))["m"] or 0
@@ -240,7 +245,8 @@ class Open:
 
 
 class Journey:
-    """A task page, its first run's page and the board, open and live while the engine moves the task on."""
+    """A task page, its first run's page, the board and the inbox, open and live while the engine moves the task
+    on."""
 
     def __init__(self, user, task: Task):
         self.user, self.task = user, task
@@ -251,6 +257,7 @@ class Journey:
         pages = [
             Open(self.user, f"/tasks/{task.pk}/", task.pk),
             Open(self.user, "/?state=all", task.pk, part="board-rows"),
+            Open(self.user, "/inbox/", task.pk, part="inbox-list", inbox=True),
         ]
         if run is not None:
             pages.append(Open(self.user, f"/agents/{run.agent.name}/runs/{run.pk}/", task.pk, run_id=run.pk))
@@ -495,3 +502,59 @@ def test_after_a_reconcile_that_holds_a_file_the_card_lists_what_still_differs_a
         panel = visible_text(outer_html(html, f"workspace-{task.pk}"))
         assert "1 differ" in panel and "draft.md" in panel, panel
     assert words(pushed, f"action-{action.pk}") == words(page, f"action-{action.pk}")
+
+
+BATCH = (
+    "foreach",
+    {"items": ["a", "b", "c"], "do": {"tool": "file_write", "args": {"path": "{{item}}", "content": "x"}}},
+)
+
+
+async def test_a_cut_off_batch_decided_item_by_item_and_resumed(org, agent, operator):
+    """A cut-off batch (items reused, one of unknown outcome, the rest not started), its item's decision, the
+    continuation that resumes it item by item with the item marked performed."""
+    from tests.recovery.test_batch_continuations import cut_batch
+
+    task = await database_sync_to_async(e.start)(org, [BATCH])
+    run = await database_sync_to_async(e.first_run)(task)
+    async with Journey(operator, task) as j:
+        run = await j.step("the batch cut off at item 2", cut_batch, run, 1)
+        await j.step("the supervisor's pass", supervise_once)
+        action = await database_sync_to_async(RecoveryAction.objects.get)(run=run)
+
+        def decide():
+            a = fresh(action)
+            return action_decide(
+                action_id=a.pk, user=operator, version=a.version, outcome="performed", note="b is there"
+            )
+
+        await j.step("the item's decision", decide)
+        cont = await database_sync_to_async(latest)(task)
+        await j.step("the continuation's claim", e.claim, cont)
+
+
+async def test_an_agent_run_cut_off_handed_to_the_agent_and_continued(org, operator, api, runner):
+    """An agent run (a prompt, model turns and tool calls, what it spent), cut off in a notify-mode call, handed
+    to the agent to verify, its continuation claimed with the notice."""
+    from tests.agents_api import Agent, prompt_task
+    from tests.recovery.test_agent_recovery import WRITE, history
+
+    await database_sync_to_async(make_agent)(org, "coder")
+    created = await database_sync_to_async(prompt_task)(api)
+    task = await database_sync_to_async(Task.objects.get)(pk=created["id"])
+    async with Journey(operator, task) as j:
+        agent = await j.step("the agent's claim", Agent.claims, runner)
+        await j.step("its turns and calls", history, agent)
+        await j.step("a call cut off", agent.cut_off, 6, *WRITE)
+        await j.step("the lapse", e.lapse)
+        await j.step("the supervisor's pass", supervise_once)
+        action = await database_sync_to_async(RecoveryAction.objects.get)(run_id=agent.run)
+
+        def hand_over():
+            a = fresh(action)
+            return action_decide(
+                action_id=a.pk, user=operator, version=a.version, outcome="agent_verifies", note="check the file"
+            )
+
+        await j.step("handed to the agent", hand_over)
+        await j.step("the continuation's claim", Agent.claims, runner)
