@@ -41,6 +41,8 @@ def test_a_socket_closed_with_1001_is_retried_and_the_badge_says_when(chromium, 
         indicator = page.locator("#live-indicator")
         expect(indicator).to_have_text("Live", timeout=WAIT)
         assert len(sockets) == 1
+        typed = page.locator(f"#composer-{task.pk} textarea[name=body]")
+        typed.fill("half a thought")
 
         sockets[0].close(code=1001, reason="going away")
         # Reconnecting, and when: the next try's moment is on the badge.
@@ -50,6 +52,10 @@ def test_a_socket_closed_with_1001_is_retried_and_the_badge_says_when(chromium, 
         # The try happens, and the badge says so only once the new socket is open.
         expect(indicator).to_have_text("Live", timeout=WAIT)
         assert len(sockets) == 2
+        # The reconnect redrew every part of the page, the composer included; what was typed is still there.
+        expect(page.locator("#live-notice")).to_contain_text("Live updates reconnected", timeout=WAIT)
+        expect(typed).to_have_value("half a thought")
+        expect(typed).to_be_focused()
 
         # A change made after the reconnect reaches the page: the new socket is subscribed.
         run = e.claim(e.first_run(task))
@@ -88,6 +94,10 @@ def test_the_badge_follows_offline_and_online_and_reconnects_at_once_when_the_ne
         context.set_offline(False)
         expect(indicator).to_have_text("Live", timeout=WAIT)
         assert len(sockets) == 2
+        # The reconnect redrew every part of the page, the composer included; what was typed is still there.
+        expect(page.locator("#live-notice")).to_contain_text("Live updates reconnected", timeout=WAIT)
+        expect(typed).to_have_value("half a thought")
+        expect(typed).to_be_focused()
         expect(page.locator(f"#run-{run.pk}")).to_have_attribute("data-status", "running", timeout=WAIT)
     finally:
         context.close()
