@@ -94,10 +94,6 @@ def test_the_badge_follows_offline_and_online_and_reconnects_at_once_when_the_ne
         context.set_offline(False)
         expect(indicator).to_have_text("Live", timeout=WAIT)
         assert len(sockets) == 2
-        # The reconnect redrew every part of the page, the composer included; what was typed is still there.
-        expect(page.locator("#live-notice")).to_contain_text("Live updates reconnected", timeout=WAIT)
-        expect(typed).to_have_value("half a thought")
-        expect(typed).to_be_focused()
         expect(page.locator(f"#run-{run.pk}")).to_have_attribute("data-status", "running", timeout=WAIT)
     finally:
         context.close()
