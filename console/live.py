@@ -55,10 +55,12 @@ MESSAGE_EVENTS = frozenset(
     }
 )
 # Events after which the task may be open or closed (a run that finishes its work closes it as done).
+# Not an event: a task this one waits on changed (its gate, its "Waits on" line may say something else now).
+DEPENDENCY_MOVED = "dependency_moved"
 COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened", "run_finished"})
 # Events after which the files or the workspace's hold may differ (the panel reads the disk again).
 QUIET_FOR_WORKSPACE = frozenset(
-    {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed"}
+    {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed", DEPENDENCY_MOVED}
 )
 
 
@@ -315,6 +317,16 @@ def new_board_row(row: BoardRow) -> str:
     """A task the page has not seen goes on top of the list."""
     html = row.html.replace(' hx-swap-oob="true"', "", 1)
     return f'<tbody hx-swap-oob="afterbegin:#board-rows">{html}</tbody>'
+
+
+def dependents_of(task_ids: set[int]) -> dict[int, int]:
+    """{task: its organization} of the tasks that wait on any of `task_ids` (and are not among them): what they
+    say (held by a dependency, the state of what they wait on) follows those tasks' events. One query."""
+    if not task_ids:
+        return {}
+    through = Task.dependencies.through
+    rows = through.objects.filter(to_task_id__in=task_ids).exclude(from_task_id__in=task_ids)
+    return dict(rows.values_list("from_task_id", "from_task__org_id"))
 
 
 def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str]) -> str:

@@ -309,6 +309,11 @@ class Relay:
                 if e.kind == "task_created":
                     created.add(e.task_id)
 
+        # Tasks that wait on a changed task: their gate and their "Waits on" line follow it (no event of theirs).
+        moved = await database_sync_to_async(live.dependents_of)(set(by_task))
+        for task_id, org_id in moved.items():
+            by_org[org_id].add(task_id)
+
         # Boards: one render of each changed row (with or without its selection checkbox), filtered per
         # socket by visibility.
         for org_id, task_ids in by_org.items():
@@ -331,10 +336,11 @@ class Relay:
                     await consumer.push("".join(parts), cursor)
 
         # Task and run pages: one render per (page, role, private viewer).
-        for task_id, task_events in by_task.items():
+        for task_id, task_events in [*by_task.items(), *((t, []) for t in moved)]:
             run_ids = {e.run_id for e in task_events if e.run_id}
             run_ids |= {e.payload.get("continues") for e in task_events if e.payload.get("continues")}
             new_runs = {e.run_id for e in task_events if e.kind == "run_queued" and e.run_id}
+            kinds = {e.kind for e in task_events} or {live.DEPENDENCY_MOVED}
             renders: dict[tuple, str] = {}
             for consumer in list(self.subscribers.get(("task", task_id), ())):
                 if consumer.page == "run" and consumer.obj_id not in run_ids:
@@ -347,7 +353,7 @@ class Relay:
                             viewer=consumer.user,
                             run_ids=run_ids,
                             new_run_ids=new_runs,
-                            kinds={e.kind for e in task_events},
+                            kinds=kinds,
                         )
                     else:
                         renders[key] = await database_sync_to_async(live.run_update)(
