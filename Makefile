@@ -11,12 +11,13 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions
 .PHONY: run test test-fast lint bench venv browser axe clean
 
 # The SDK (sdk/, import recovery_console) is a package of its own: installed editable beside the project, so the
-# reference worker and the SDK tests run the checkout's code. The server never imports it (an import-linter contract).
+# reference worker and the SDK tests run the checkout's code, with its pydantic-ai extra (the adapter's tests use it).
+# The server never imports it (an import-linter contract).
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (tried python3.13, python3.12, pyenv versions)." >&2; exit 1; fi
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check ".[test]"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ./sdk
+	$(PY) -m pip install --quiet --disable-pip-version-check -e './sdk[pydantic-ai]'
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -51,6 +52,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) bin/lint_house.py
 
 # The bench's peers (procrastinate) are an extra of their own: the product never imports them.
 $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed

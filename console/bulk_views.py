@@ -7,7 +7,7 @@ detail page's status card and ledger are the partials its websocket pushes.
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from console import triage_views
 from console.live import last_event_id
-from console.views import refused
+from console.views import bad_request, refused
 from recovery import bulk, presenter
 from recovery.bulk_selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
 from tasks.authz import can_operate
@@ -239,7 +239,7 @@ def bulk_retry_failed(request, op_id: int):
 def bulk_history(request):
     cursor = request.GET.get("cursor")
     if cursor is not None and not (cursor.isdigit() and len(cursor) <= 18):
-        return HttpResponseBadRequest("That page cursor is not valid.")
+        return bad_request(request, reason="That page cursor is not valid.")
     rows, more = history_page(request.user, cursor=cursor, limit=50)
     now = timezone.now()
     entries = []

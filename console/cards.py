@@ -8,7 +8,7 @@ from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 
 from console.fresh import start_over_context
-from recovery import followups, presenter
+from recovery import conversation, followups, presenter
 from recovery.fresh import duplicate_risk
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
 from recovery.presenters import action_view_of
@@ -36,7 +36,9 @@ def action_context(
         else []
     )
     diverged = action.kind == ActionKind.DIVERGED
+    unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
     return {
+        "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
         "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
@@ -48,7 +50,7 @@ def action_context(
         "username": getattr(user, "username", ""),
         "action": action,
         "view": view,
-        "reasons": evidence.get("reasons", []),
+        "reasons": presenter.reason_items(evidence.get("reasons")),
         "evidence": evidence,
         "dispatched_at": _parse(evidence.get("dispatched_at")),
         "is_unknown": action.kind == ActionKind.UNKNOWN_OUTCOME,
@@ -60,6 +62,24 @@ def action_context(
         "message_code": message_code,
         "typed": typed or {},
     }
+
+
+def _model_reason(action: RecoveryAction, task_runs=None):
+    """The model's reason for the cut-off call: its last text before the call (one query without `task_runs`)."""
+    # A batch item's or nested call's reason is its parent's: the turn before the top-level step that holds it.
+    seq = (action.evidence or {}).get("parent_seq") or action.seq
+    if not isinstance(seq, int):
+        return None
+    if task_runs is not None and action.run_id in task_runs:
+        steps = task_runs[action.run_id].step_list
+    else:
+        steps = list(
+            Step.objects.filter(run_id=action.run_id, tool="model", parent_seq__isnull=True, seq__lt=seq)
+            .order_by("-seq")
+            .only("seq", "tool", "parent_seq", "phase", "result")[:20]
+        )
+    text = conversation.reason_for_call(steps, seq)
+    return conversation.text_of(text) if text else None
 
 
 def _parse(value):
@@ -193,11 +213,17 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
         "prompt": presenter.prompt_line(run) if agent else None,
         "output_heading": presenter.output_heading(run) if run.output is not None else "",
         "usage": presenter.usage_line(run_usage(run, steps, task_runs=task_runs)),
+        "recovery_cost": conversation.run_recovery_line(
+            conversation.run_tally(run, task_runs), continuation=run.continues_id is not None
+        )
+        if agent
+        else None,
         "status_text": presenter.RUN_STATUSES.get(run.status, run.status),
         "lines": presenter.run_lines(run, auto_resume=auto_resume, disposition=disposition),
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
+        "diagnosis_reasons": presenter.reason_items(diagnosis.reasons) if diagnosis is not None else [],
         "diagnosis_line": presenter.diagnosis_line(
             run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
         ),
@@ -208,15 +234,20 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     }
 
 
-def render_run_card(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+def render_run_card(
+    run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False, conversation: bool = False
+) -> str:
+    """`conversation`: the card heads an agent run's own page, whose conversation shows the prompt, the steps
+    and the output (the card then leaves them to it)."""
     ctx = run_context(run, task_runs, user)
     ctx["oob"] = oob
+    ctx["in_conversation"] = conversation and ctx["agent_run"]
     return render_to_string("console/cards/run.html#card", ctx, request=request)
 
 
 def run_page_context(run: Run, ctx: dict) -> dict:
     """What a run page shows around its card (lineage, diagnosis), from the card's own context."""
-    keys = ("diagnosis", "diagnosis_line", "continuation", "continued_by_text")
+    keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
     return {"run": run, **{k: ctx[k] for k in keys}}
 
 
@@ -226,6 +257,38 @@ def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=
     return render_to_string("console/run.html#lineage", ctx, request=request) + render_to_string(
         "console/run.html#diagnosis", ctx, request=request
     )
+
+
+def conversation_context(run: Run, task_runs: dict[int, Run]) -> dict:
+    """An agent run as its conversation (recovery.conversation), from the task's loaded runs: no query."""
+    diagnosis = diagnose(run, run.step_list, task_runs=task_runs) if run.status in FINAL_FOR_DIAGNOSIS else None
+    continuation = next(
+        (r for r in task_runs.values() if r.continues_id == run.pk and (r.status in LIVE_RUN_STATUSES or r.started_at)),
+        None,
+    )
+    talk = conversation.conversation(
+        run,
+        task_runs,
+        verdicts={(v.parent_seq, v.seq): v for v in diagnosis.steps} if diagnosis is not None else {},
+        disposition=diagnosis.disposition if diagnosis is not None else None,
+        continued_in=continuation,
+        messages=getattr(run, "carried_messages", []),
+    )
+    return {
+        "run": run,
+        "talk": talk,
+        "heading": conversation.conversation_heading(run),
+        "output_heading": presenter.output_heading(run) if run.output is not None else "",
+    }
+
+
+def render_conversation(run: Run, task_runs: dict[int, Run], *, request=None, oob: bool = False) -> str:
+    """The conversation section of an agent run's page; empty for a scripted run (its page lists its steps)."""
+    if run.kind != "agent":
+        return ""
+    ctx = conversation_context(run, task_runs)
+    ctx["oob"] = oob
+    return render_to_string("console/cards/conversation.html#conversation", ctx, request=request)
 
 
 def task_runs_of(task_id: int) -> dict[int, Run]:
@@ -272,7 +335,10 @@ def task_row_context(task: Task, user) -> dict:
     why = presenter.row_why(task, state, lead, current)
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
+    attempts, attempts_title = presenter.row_attempts(lead, current)
     return {
+        "attempts": attempts,
+        "attempts_title": attempts_title,
         "since": min(opened) if opened else task.updated_at,
         "since_label": presenter.age_label(bool(opened)),
         "task": task,
@@ -338,10 +404,15 @@ def render_composer(task: Task, *, user, request=None, message: str = "", body: 
 
 
 def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    latest = task_runs[max(task_runs)] if task_runs else None
     ctx = {
         "oob": oob,
         "task": task,
         "run_cards": [render_run_card(r, task_runs, user=user, request=request) for r in task_runs.values()],
+        # An agent's chain: what recovery reused and what it spent again, over all its runs.
+        "chain_recovery": conversation.chain_recovery_line(conversation.chain_tally(latest, task_runs))
+        if latest is not None and latest.kind == "agent"
+        else None,
     }
     return render_to_string("console/cards/sections.html#chain", ctx, request=request)
 

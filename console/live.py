@@ -55,12 +55,10 @@ MESSAGE_EVENTS = frozenset(
     }
 )
 # Events after which the task may be open or closed (a run that finishes its work closes it as done).
-# Not an event: a task this one waits on changed (its gate, its "Waits on" line may say something else now).
-DEPENDENCY_MOVED = "dependency_moved"
 COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened", "run_finished"})
 # Events after which the files or the workspace's hold may differ (the panel reads the disk again).
 QUIET_FOR_WORKSPACE = frozenset(
-    {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed", DEPENDENCY_MOVED}
+    {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed"}
 )
 
 
@@ -275,7 +273,8 @@ def run_snapshot(user, run_id: int) -> str:
     task_runs = cards.task_runs_of(run.task_id)
     run = task_runs[run_id]
     return (
-        cards.render_run_card(run, task_runs, user=user, oob=True)
+        cards.render_run_card(run, task_runs, user=user, oob=True, conversation=True)
+        + cards.render_conversation(run, task_runs, oob=True)
         + cards.render_run_repair(run, user=user, oob=True)
         + cards.render_run_page_parts(run, task_runs, user=user, oob=True)
     )
@@ -319,6 +318,11 @@ def new_board_row(row: BoardRow) -> str:
     return f'<tbody hx-swap-oob="afterbegin:#board-rows">{html}</tbody>'
 
 
+# What a task that waits on a changed task may say differently (its gate, its "Waits on" line, a follow-up held
+# by the dependency): it has no event of its own.
+DEPENDENT_PARTS = frozenset({"header", "actions", "messages"})
+
+
 def dependents_of(task_ids: set[int]) -> dict[int, int]:
     """{task: its organization} of the tasks that wait on any of `task_ids` (and are not among them): what they
     say (held by a dependency, the state of what they wait on) follows those tasks' events. One query."""
@@ -329,13 +333,15 @@ def dependents_of(task_ids: set[int]) -> dict[int, int]:
     return dict(rows.values_list("from_task_id", "from_task__org_id"))
 
 
-def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str]) -> str:
-    """The parts of a task page that the events changed, for the viewer's role."""
+def task_update(
+    task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str], parts: frozenset | None = None
+) -> str:
+    """The parts of a task page that the events changed (or `parts`), for the viewer's role."""
     try:
         task = task_detail(viewer, task_id)
     except NotFound:
         return ""
-    parts = parts_for(kinds)
+    parts = parts if parts is not None else parts_for(kinds)
     task_runs = cards.task_runs_of(task_id) if (run_ids or new_run_ids or "actions" in parts) else None
     if task_runs is not None:
         # A continuation starting or ending changes what its source run's card says too.

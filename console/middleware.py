@@ -52,11 +52,11 @@ class PlainTextInputMiddleware:
             return JsonResponse({"code": "invalid", "detail": detail, "field": where}, status=400)
         from django.contrib.auth.models import AnonymousUser
 
-        from console.views import refused
+        from console.views import bad_request
 
         if where == "cookies":
             request.user = AnonymousUser()  # the session cookie itself is what cannot be looked up
-        return refused(request, detail, status=400)
+        return bad_request(request, reason=detail)
 
 
 def database_trouble_response(request, trouble):

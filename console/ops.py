@@ -6,93 +6,30 @@ hears of them: the workers page re-renders on a timer over its own websocket
 """
 
 import hmac
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Exists, OuterRef, Subquery
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.functional import SimpleLazyObject
 from django.views.decorators.cache import never_cache
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
 from console import metrics
+from console.alerts import alerts_for
+from console.relay import relay
 from recovery.models import SupervisorProcess
 from recovery.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
 from tasks.api import BaseAPIView
 from tasks.auth import IsPerson
-from tasks.models import ApiToken, Membership, Organization, Role, Run, RunStatus, WorkerInstance
+from tasks.models import ApiToken, Membership, Role
 from tasks.selectors import memberships_of, primary_membership
 from tasks.workers import LIST_WINDOW, worker_instances
-
-# --- the header warnings ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Alert:
-    code: str  # supervisor_silent | supervisor_never | no_worker
-    at: datetime | None = None
-    interval: float = 0.0
-    org: str = ""
-    queued: int = 0
-
-
-def lease_period() -> timedelta:
-    return timedelta(seconds=settings.CONSOLE_LEASE_SECONDS)
-
-
-def alerts_for(user, *, now: datetime | None = None) -> list[Alert]:
-    """What the header warns about, for the user's organizations, in one query."""
-    return alerts_of_orgs([m.org_id for m in memberships_of(user)], now=now)
-
-
-def alerts_of_orgs(org_ids, *, now: datetime | None = None) -> list[Alert]:
-    """The header's warnings for members of these organizations, in one query."""
-    org_ids = list(org_ids)
-    if not org_ids:
-        return []
-    now = now or timezone.now()
-    last = SupervisorProcess.objects.order_by("-last_pass_at")
-    queued = Run.objects.filter(org=OuterRef("pk"), status=RunStatus.QUEUED)
-    rows = list(
-        Organization.objects.filter(pk__in=org_ids)
-        .annotate(
-            queued=Exists(queued),
-            seen=Subquery(
-                WorkerInstance.objects.filter(org=OuterRef("pk")).order_by("-last_seen_at").values("last_seen_at")[:1]
-            ),
-            last_pass=Subquery(last.values("last_pass_at")[:1]),
-            pass_interval=Subquery(last.values("interval")[:1]),
-        )
-        .order_by("name")
-        .values("name", "queued", "seen", "last_pass", "pass_interval")
-    )
-    alerts = []
-    if rows:
-        at, interval = rows[0]["last_pass"], rows[0]["pass_interval"]
-        expected = max(float(settings.CONSOLE_SUPERVISE_SECONDS), interval or 0.0)
-        if at is None:
-            alerts.append(Alert("supervisor_never", interval=expected))
-        elif not supervisor_alive(at, expected, now=now):
-            alerts.append(Alert("supervisor_silent", at=at, interval=expected))
-    for row in rows:
-        if row["queued"] and (row["seen"] is None or now - row["seen"] > lease_period()):
-            alerts.append(Alert("no_worker", at=row["seen"], org=row["name"]))
-    return alerts
-
-
-def header_alerts(request):
-    """Context processor: the header's warnings, computed only if a page draws them."""
-    user = getattr(request, "user", None)
-    return {"ops_alerts": SimpleLazyObject(lambda: alerts_for(user) if user is not None else [])}
-
 
 # --- the workers page and API --------------------------------------------------------
 
@@ -117,16 +54,6 @@ def workers_context(user, *, now: datetime | None = None) -> dict:
 
 def render_workers_body(user, *, request=None) -> str:
     return render_to_string("console/workers.html#body", workers_context(user), request=request)
-
-
-def render_alerts(user, *, request=None, alerts: list[Alert] | None = None) -> str:
-    alerts = alerts_for(user) if alerts is None else alerts
-    return render_to_string("console/ops_alerts.html", {"ops_alerts": alerts, "user": user}, request=request)
-
-
-def alerts_key(alerts: list[Alert]) -> tuple:
-    """What the warnings say, without the clock: a live page is sent the header again only when this changes."""
-    return tuple((a.code, a.at, a.org) for a in alerts)
 
 
 @login_required
@@ -264,8 +191,6 @@ def healthz(request):
 
 
 def relay_health() -> dict:
-    from console.relay import relay
-
     task = relay.task
     if task is None:
         status = "idle"  # started by the first live page of this process

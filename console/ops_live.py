@@ -14,7 +14,7 @@ import json
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
 
-from console import live, ops
+from console import alerts, live, ops
 from console.consumers import CLOSE_THROTTLED, ResyncBudget, SocketConsumer
 from console.relay import relay
 from tasks.selectors import memberships_of
@@ -34,7 +34,7 @@ def render_update(user, *, reconnect: bool = False) -> str | None:
     live.fresh(user)
     if not memberships_of(user):
         return None
-    html = _oob(ops.render_workers_body(user)) + _oob(ops.render_alerts(user))
+    html = _oob(ops.render_workers_body(user)) + _oob(alerts.render_alerts(user))
     return html + (live.notice_fragment() if reconnect else "")
 
 

@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from console import live, metrics
+from console import alerts, live, metrics
 from tasks.models import Event
 
 log = logging.getLogger("console.relay")
@@ -340,7 +340,7 @@ class Relay:
             run_ids = {e.run_id for e in task_events if e.run_id}
             run_ids |= {e.payload.get("continues") for e in task_events if e.payload.get("continues")}
             new_runs = {e.run_id for e in task_events if e.kind == "run_queued" and e.run_id}
-            kinds = {e.kind for e in task_events} or {live.DEPENDENCY_MOVED}
+            kinds = {e.kind for e in task_events}
             renders: dict[tuple, str] = {}
             for consumer in list(self.subscribers.get(("task", task_id), ())):
                 if consumer.page == "run" and consumer.obj_id not in run_ids:
@@ -354,6 +354,7 @@ class Relay:
                             run_ids=run_ids,
                             new_run_ids=new_runs,
                             kinds=kinds,
+                            parts=None if task_events else live.DEPENDENT_PARTS,
                         )
                     else:
                         renders[key] = await database_sync_to_async(live.run_update)(
@@ -412,14 +413,12 @@ def _read_access(wanted: dict) -> dict:
 
 def _read_alerts(groups: dict) -> dict:
     """{organizations: (what the warnings say, the header's warnings as an out-of-band swap)}."""
-    from console import ops
-
     out = {}
     for org_ids, user in groups.items():
-        alerts = ops.alerts_of_orgs(org_ids)
-        html = ops.render_alerts(user, alerts=alerts).strip()
+        said = alerts.alerts_of_orgs(org_ids)
+        html = alerts.render_alerts(user, alerts=said).strip()
         out[org_ids] = (
-            ops.alerts_key(alerts),
+            alerts.alerts_key(said),
             html.replace('<div id="ops-alerts"', '<div hx-swap-oob="true" id="ops-alerts"', 1),
         )
     return out

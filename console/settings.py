@@ -106,7 +106,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "console.ops.header_alerts",
+                "console.alerts.header_alerts",
                 "django.template.context_processors.csp",
                 "console.triage_views.nav_counts",
             ],

@@ -8,7 +8,7 @@ form, so a push, a reload and a bulk preview all mean the same tasks.
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from console import cards
 from console.live import last_event_id
-from console.views import TABS, refused
+from console.views import TABS, bad_request, refused
 from recovery import presenter, triage
 from recovery.bulk_rules import ACTIONS
 from tasks.authz import can_operate
@@ -106,6 +106,7 @@ def board_context(request, params, *, typed=None) -> dict:
             ("performed", "It happened"),
             ("not_performed", "It did not happen"),
             ("unresolved", "Unresolved"),
+            ("agent_verifies", "The agent verifies (agent runs)"),
         ],
         "typed": typed,
         "membership": membership,
@@ -118,7 +119,7 @@ def board(request):
     try:
         ctx = board_context(request, request.GET)
     except ServiceError as exc:
-        return HttpResponseBadRequest(exc.detail)
+        return bad_request(request, reason=exc.detail)
     return render(request, "console/board.html", ctx)
 
 

@@ -122,6 +122,7 @@ urlpatterns = [
     path("api/", include(api)),
 ]
 
+handler400 = views.bad_request
 handler403 = views.forbidden
-handler404 = "tasks.errors.not_found"
+handler404 = views.not_found
 handler500 = "console.middleware.server_error"

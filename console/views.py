@@ -5,10 +5,10 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import DisallowedHost, PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import Resolver404, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
@@ -32,6 +32,7 @@ TABS = (
     ("exhausted", "Exhausted"),
     ("blocked", "Blocked"),
     ("running", "Running"),
+    ("follow_through", "Needs follow-through"),
     ("all", "All"),
 )
 
@@ -58,7 +59,7 @@ def _task_or_404(request, task_id: int):
 @login_required
 def task_view(request, task_id: int):
     if not visible_tasks(request.user).filter(pk=task_id).exists():
-        raise Http404("No such task.")
+        raise Http404(f"There is no task #{task_id} that you can see.")
     recovery_actions.actions_retire_stale(task_id=task_id)
     cursor = last_event_id()  # before reading state: a later change is then always resent
     parts = cards.task_page_parts(task_id, user=request.user, request=request)
@@ -73,7 +74,7 @@ def task_view(request, task_id: int):
 def run_view(request, agent: str, run_id: int):
     run = visible_runs(request.user).filter(pk=run_id, agent__name=agent).select_related("task", "agent").first()
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"There is no run #{run_id} that you can see.")
     cursor = last_event_id()
     task_runs = cards.task_runs_of(run.task_id)
     run = task_runs[run.pk]
@@ -84,7 +85,8 @@ def run_view(request, agent: str, run_id: int):
         "console/run.html",
         {
             "run": run,
-            "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request),
+            "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request, conversation=True),
+            "conversation_html": cards.render_conversation(run, task_runs, request=request),
             "repair_html": cards.render_run_repair(run, user=request.user, request=request),
             **cards.run_page_context(run, ctx),
             "nav": "board",
@@ -252,7 +254,7 @@ def _header_response(request, task_id: int, *, error: ServiceError | None = None
 def _visible_task(request, task_id: int) -> Task:
     task = visible_tasks(request.user).filter(pk=task_id).first()
     if task is None:
-        raise Http404("No such task.")
+        raise Http404(f"There is no task #{task_id} that you can see.")
     return task
 
 
@@ -348,7 +350,7 @@ task_dependencies = _task_header_action(_dependencies, ("add",))
 def run_stop(request, run_id: int):
     run = visible_runs(request.user).filter(pk=run_id).first()
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"There is no run #{run_id} that you can see.")
     error = None
     try:
         services.run_request_stop(actor=request.user, run=run)
@@ -567,12 +569,7 @@ def settings_agent(request, agent: str):
 def refused(request, reason: str, *, status: int = 403):
     """The console's page for a refused request: the reason, who can help, and a way back."""
     membership = primary_membership(request.user)
-    back = request.META.get("HTTP_REFERER", "")
-    here = request.build_absolute_uri()
-    if back == here or not url_has_allowed_host_and_scheme(
-        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        back = ""
+    back = _back(request)
     return _page(
         request,
         "console/refused.html",
@@ -584,6 +581,48 @@ def refused(request, reason: str, *, status: int = 403):
         },
         status=status,
     )
+
+
+def _back(request) -> str:
+    """The page the person came from, when it is another page of this console."""
+    back = request.META.get("HTTP_REFERER", "")
+    try:
+        if back == request.build_absolute_uri() or not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            return ""
+    except DisallowedHost:  # the 400 of a request whose Host header this console does not serve
+        return ""
+    return back
+
+
+def problem(request, *, status: int, title: str, reason: str, hint: str = ""):
+    """The console's page for a request it cannot answer (404, 400): what happened, in words, and ways on."""
+    user = getattr(request, "user", None)
+    membership = primary_membership(user) if user is not None and user.is_authenticated else None
+    context = {"status": status, "title": title, "reason": reason, "hint": hint, "back": _back(request)}
+    # A card's control swaps the answer into the card: it gets the words, not a second page inside the first.
+    template = "console/problem.html" + ("#problem" if request.headers.get("HX-Request") == "true" else "")
+    return render(request, template, {**context, "membership": membership}, status=status)
+
+
+def not_found(request, exception=None):
+    """`handler404`: the styled page with navigation (under /api/ the API's error shape). A view's own sentence
+    ("No task #12.") is kept; the resolver's is not (it lists the URL patterns)."""
+    from tasks.errors import not_found as api_not_found
+
+    if request.path.startswith("/api/"):
+        return api_not_found(request, exception)
+    said = exception.args[0] if exception is not None and exception.args else ""
+    own = isinstance(said, str) and said and not isinstance(exception, Resolver404)
+    title, reason, hint = presenter.PROBLEMS[404]
+    return problem(request, status=404, title=title, reason=said if own else reason, hint=hint)
+
+
+def bad_request(request, exception=None, *, reason: str = ""):
+    """`handler400`, and every malformed request a page refuses: what could not be read, never "not allowed"."""
+    title, default, hint = presenter.PROBLEMS[400]
+    return problem(request, status=400, title=title, reason=reason or default, hint=hint)
 
 
 def forbidden(request, exception=None):

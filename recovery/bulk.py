@@ -39,7 +39,7 @@ from recovery import controls, presenter, triage, workspaces
 from recovery.bulk_rules import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.bulk_selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
-from recovery.transitions import BULK
+from recovery.transitions import BULK, BULK_ITEMS
 from recovery.workspaces import WorkspaceHeld
 from tasks import services
 from tasks.authz import require_role
@@ -301,9 +301,8 @@ def bulk_cancel(*, user, op_id: int) -> BulkOperation:
     if op.status not in (BulkStatus.PREVIEWED, BulkStatus.RUNNING):
         raise NotEligible(f"Bulk #{op.pk} is {op.status}; there is nothing to cancel.", reason="not_running")
     now = timezone.now()
-    skipped = BulkItem.objects.filter(op=op, result=BulkResult.PENDING).update(
-        result=BulkResult.SKIPPED, reason="cancelled", done_at=now
-    )
+    pending = BulkItem.objects.filter(op=op)
+    skipped = len(BULK_ITEMS.move_all(pending, BulkResult.SKIPPED, reason="cancelled", done_at=now))
     BULK.move(
         op.pk,
         BulkStatus.CANCELLED,
@@ -501,8 +500,10 @@ def _call(op: BulkOperation, item: BulkItem, task: Task, params: Params, user) -
 
 def _record(op: BulkOperation, item: BulkItem, outcome: Outcome, user) -> None:
     """pending → applied | skipped | failed, once, with the item's event on its task."""
-    updated = BulkItem.objects.filter(pk=item.pk, result=BulkResult.PENDING).update(
-        result=outcome.result,
+    updated = BULK_ITEMS.move(
+        item.pk,
+        outcome.result,
+        strict=False,
         reason=outcome.reason[:48],
         detail=outcome.detail[:500],
         run_id=outcome.run,

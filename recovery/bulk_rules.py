@@ -12,12 +12,12 @@ import json
 from dataclasses import dataclass
 
 from recovery import classify as c
+from recovery.classify import WORKSPACE_KINDS
 from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.holds import Hold, TaskFacts, task_hold
 
 ACTIONS = ("retry", "cancel", "pause", "resume", "continue", "decide")
-OUTCOMES = ("performed", "not_performed", "unresolved")
-WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
+OUTCOMES = ("performed", "not_performed", "unresolved", "agent_verifies")  # the last: agent runs only
 LIVE_RUN = ("queued", "running", "stopping")
 CLOSED = ("done", "cancelled")
 
@@ -36,6 +36,7 @@ class ActionFacts:
     max_attempts: int
     source_lease_live: bool = False
     exhaustion: str = ""  # why an exhausted action is exhausted: a bound, or its due time
+    run_kind: str = "plan"  # the kind of the action's run: only an agent run's agent can verify a call itself
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,8 @@ def _decide(params: Params, facts: ItemFacts) -> Verdict:
         return Verdict(refusal="no_unknown_outcome")
     if params.outcome == "unresolved":
         return Verdict(action=target)
+    if params.outcome == "agent_verifies" and target.run_kind != "agent":
+        return Verdict(action=target, refusal="not_agent_run")
     return _admission(target, facts, params, reruns_unknown=params.outcome == "not_performed")
 
 

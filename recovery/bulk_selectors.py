@@ -56,11 +56,14 @@ def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemF
             "run__status",
             "run__lease_expires_at",
             "exhaustion",
+            "run__kind",
         )
     ):
-        task_id, *facts, run_status, lease_expires_at, exhaustion = row
+        task_id, *facts, run_status, lease_expires_at, exhaustion, run_kind = row
         lease_live = run_status in LEASED_RUN_STATUSES and lease_expires_at is not None and lease_expires_at > now
-        live.setdefault(task_id, []).append(ActionFacts(*facts, source_lease_live=lease_live, exhaustion=exhaustion))
+        live.setdefault(task_id, []).append(
+            ActionFacts(*facts, source_lease_live=lease_live, exhaustion=exhaustion, run_kind=run_kind or "plan")
+        )
     deps: dict[int, list[int]] = {}
     for from_id, to_id in (
         Task.dependencies.through.objects.filter(from_task_id__in=task_ids)

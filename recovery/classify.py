@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import batches
-from tasks.batches import FOREACH, NESTED_BASE, item_args, item_position, parse_batch
+from recovery.words import args_text
+from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
 REUSE = "reuse"
 NOT_DISPATCHED = "not_dispatched"
@@ -31,6 +32,8 @@ CHAIN_MAX_RUNS = 32
 UNAVAILABLE = ("checkpoint_purged", "checkpoint_too_large", "agent_missing", "tool_unknown")
 # Causes of an action no attempt can get past: what remains is Start over, a cancel, or closing the task.
 # `diverged`: an agent took another path on replay; continuing would replay into the same fork.
+# The action kinds about a workspace (recovery.models.ActionKind): an admin repairs them; they never age or retry.
+WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 NOT_RECOVERABLE = ("corrupt_checkpoint", "diverged", *UNAVAILABLE)
 
 
@@ -124,13 +127,8 @@ class Diagnosis:
 
 
 def _args_text(args) -> str:
-    import json
-
-    try:
-        text = json.dumps(args, sort_keys=True)
-    except (TypeError, ValueError):
-        text = repr(args)
-    return text if len(text) <= 200 else text[:197] + "..."
+    # Arguments inside a sentence are said in words (recovery.words), never as JSON; the step's fold has them whole.
+    return args_text(args)
 
 
 def _verdict(step: StepFacts) -> StepVerdict:
@@ -163,7 +161,7 @@ def _verdict(step: StepFacts) -> StepVerdict:
         return v(
             UNKNOWN_OUTCOME,
             "unknown_outcome",
-            f"{step.tool}({args}) was dispatched and no result was saved: it may or may not have happened.",
+            f"{step.tool} with {args} was dispatched and no result was saved: it may or may not have happened.",
         )
     return v(DROP, "forget", f"{step.tool} was dispatched and left no result; its recovery mode drops it.")
 
@@ -360,7 +358,7 @@ def batch_states(facts: RunFacts, seq: int, items: list[StepVerdict]) -> list[st
     batch = _batch(step.args) if step is not None else None
     saved = {item_position(k.seq, seq): batches.item_state(k.verdict, k.reason) for k in items}
     total = len(batch.items) if batch is not None else max(saved, default=0)
-    dropped = [item_position(d, seq) for d in facts.dropped if d // NESTED_BASE == seq]
+    dropped = [item_position(d, seq) for d in facts.dropped if parent_of(d) == seq]
     return batches.item_states(total, saved, dropped)
 
 

@@ -13,14 +13,16 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
+from recovery.action_log import action_open
+from recovery.models import ActionKind
 from recovery.presenter import notice_text, run_status_phrase
 from recovery.selectors import diagnose, run_facts
-from tasks.batches import FOREACH, NESTED_BASE
+from tasks.batches import FOREACH, parent_of
 from tasks.errors import NotEligible
 from tasks.events import event_append
 from tasks.holds import Hold
-from tasks.models import Message, MessageStatus, Run, RunKind, Step
-from tasks.services import run_enqueue
+from tasks.models import WORKSPACE_VALIDATION_FAILED, Message, MessageStatus, Run, RunKind, RunStatus, Step, Task
+from tasks.services import run_end, run_enqueue
 from tasks.transitions import MESSAGES
 
 
@@ -97,7 +99,7 @@ def continuation_blocked(task, source: Run) -> Blocked | None:
             (
                 r.seq
                 for r in diagnosis.reasons
-                if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == unknown[0].seq
+                if r.code == "unknown_outcome" and r.seq is not None and parent_of(r.seq) == unknown[0].seq
             ),
             None,
         )
@@ -339,7 +341,7 @@ def continuation_create(
             notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.presenter)
     found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, declared_effects))
     if found is not None:
-        return workspaces.refuse_continuation(source=source, actor=actor, reason=reason, carry=carry, found=found)
+        return continuation_refuse(source=source, actor=actor, reason=reason, carry=carry, found=found)
     run = run_enqueue(
         task=source.task,
         actor=actor,
@@ -432,3 +434,44 @@ def _copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> 
         dispatched_at=step.dispatched_at or now,
         completed_at=step.completed_at or now,
     )
+
+
+def continuation_refuse(*, source: Run, actor, reason: str, carry: dict, found) -> Run:
+    """The continuation's run, created and ended `failed` (never started) because the workspace no longer matches
+    its manifest (`found`, from `workspaces.admission_check`), and the action listing each file."""
+    diffs, rows, checked, disk = found
+    task = Task.objects.select_related("org", "agent").get(pk=source.task_id)
+    evidence = workspaces.evidence_for(task, diffs, rows, source=source, checked=checked, disk=disk)
+    detail = workspaces.summary(diffs)
+    run = run_enqueue(
+        task=task,
+        actor=actor,
+        input=source.input,
+        continues=source,
+        carry={**carry, "refused": WORKSPACE_VALIDATION_FAILED},
+        payload={"reason": reason},
+    )
+    run = run_end(
+        run,
+        RunStatus.FAILED,
+        actor=actor,
+        kind="run_refused",
+        payload={"error_code": WORKSPACE_VALIDATION_FAILED, "reason": reason, "files": len(diffs)},
+        expect=RunStatus.QUEUED,
+        error_code=WORKSPACE_VALIDATION_FAILED,
+        error_detail=detail,
+        finished_at=timezone.now(),
+    )
+    run = Run.objects.select_related("task").get(pk=run.pk)
+    action = action_open(
+        run=run,
+        kind=ActionKind.WORKSPACE_VALIDATION,
+        cause=WORKSPACE_VALIDATION_FAILED,
+        evidence=evidence,
+        recovery_owner="role:admin",
+        actor=actor,
+    )
+    detail = f"{detail} Recovery action #{action.pk} lists them; it never started."
+    Run.objects.filter(pk=run.pk).update(error_detail=detail)
+    run.error_detail = detail
+    return run

@@ -14,13 +14,14 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import presenter, workspaces
+from recovery.action_log import action_open, action_open_for
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
 from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
 from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
-from tasks.batches import NESTED_BASE
+from tasks.batches import item_position, parent_of
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
 from tasks.events import event_append
 from tasks.holds import Hold
@@ -223,8 +224,6 @@ def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
             reasons=[r.as_dict() for r in reasons],
         )
     if blocked is not None and blocked.kind == "exhausted":
-        from recovery.actions import action_open_for
-
         source = Run.objects.select_related("task").get(pk=source.pk)
         return _bound(action_open_for(source, blocked.diagnosis, actor=user, **blocked.action_kwargs()))
     if blocked is not None and blocked.kind == "unknown_outcome":
@@ -255,14 +254,13 @@ def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
 
 
 def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
-    from recovery.actions import action_open
 
     # A batch's decision is about its item of unknown outcome (the diagnosis names it), never the whole batch.
     item = next(
         (
             r.seq
             for r in diagnosis.reasons
-            if r.code == "unknown_outcome" and r.seq is not None and r.seq // NESTED_BASE == verdict.seq
+            if r.code == "unknown_outcome" and r.seq is not None and parent_of(r.seq) == verdict.seq
         ),
         None,
     )
@@ -278,7 +276,7 @@ def _open_decision(source: Run, verdict, diagnosis) -> RecoveryAction:
         "recovery_mode": step.recovery_mode,
     }
     if step.parent_seq is not None:
-        evidence.update({"parent_seq": step.parent_seq, "item": step.seq - step.parent_seq * NESTED_BASE})
+        evidence.update({"parent_seq": step.parent_seq, "item": item_position(step.seq, step.parent_seq)})
     source = Run.objects.select_related("task").get(pk=source.pk)
     return action_open(
         run=source,

@@ -12,6 +12,7 @@ workspace is skipped and listed; a link or special file at the destination, or
 a destination path through a link, refuses the export.
 """
 
+import errno
 import os
 from dataclasses import replace
 from datetime import timedelta
@@ -22,7 +23,9 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from recovery.action_log import action_open
 from recovery.models import ActionKind, Export, HeldCopy
+from recovery.words import os_error_text
 from tasks import payloads
 from tasks.events import event_append
 from tasks.export_roots import destination_refusal
@@ -45,6 +48,29 @@ class ExportError(Exception):
     def __init__(self, message: str, result: dict):
         super().__init__(message)
         self.result = result
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The nearest of `path` and its parents that exists as something other than a folder, if any."""
+    here = Path(path)
+    for candidate in (here, *here.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() and not candidate.is_symlink() else str(candidate)
+    return None
+
+
+def os_error_words(exc: OSError, dest: str) -> str:
+    """An export's OS error as a sentence that names what to fix: a file standing where the destination needs a
+    folder is named as such (the OS says only "Not a directory"), the rest in recovery.words' terms."""
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _file_in_the_way(exc.filename or dest)
+        if blocker is not None:
+            what = "the destination itself" if blocker == str(Path(dest)) else f"a parent of the destination {dest}"
+            return (
+                f"{blocker} is a file, not a folder, and it is {what}: nothing can be copied into it. Move or "
+                "rename that file, or choose another destination, then retry the export."
+            )
+    return f"Copying to {dest} failed: {os_error_text(exc.errno, exc.strerror or str(exc), exc.filename)}."
 
 
 def _held_dir(task: Task, what: str) -> Path:
@@ -123,8 +149,7 @@ def copy_workspace(task: Task, dest: str) -> dict:
                 }
             )
     except OSError as exc:
-        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        raise ExportError(f"{exc.strerror or exc}{where}", result) from exc
+        raise ExportError(os_error_words(exc, dest), result) from exc
     finally:
         if held is not None:
             result["held_copy"] = str(held)
@@ -148,7 +173,6 @@ def _copy(task: Task) -> tuple[dict, bool, str]:
 def _recorded(export: Export, *, actor, open_action: bool) -> None:
     """The event of a finished export and, for a failure (unless a repair is retrying), the `workspace_export`
     action of its run. In the transaction that records the outcome."""
-    from recovery.actions import action_open
 
     task, run = export.task, export.run
     event_append(

@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from recovery import presenter, workspaces
-from recovery.actions import action_open_for
+from recovery.action_log import action_open_for
 from recovery.continuations import Blocked, continuation_blocked, continuation_create
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.selectors import continuation_source

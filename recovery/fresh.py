@@ -23,7 +23,7 @@ from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.transitions import ACTIONS
 from recovery.workspaces import live_action
 from tasks.authz import require_role
-from tasks.batches import NESTED_BASE
+from tasks.batches import item_position
 from tasks.errors import GateClosed, NotEligible, NotFound
 from tasks.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, RecoveryMode, Role, Run, Step, Task
 from tasks.selectors import task_facts, visible_tasks
@@ -70,7 +70,7 @@ def step_where(seq: int, parent_seq: int | None, parent_tool: str | None = None)
     if parent_seq is None:
         return f"step {seq}"
     kind = "item" if parent_tool == "foreach" else "call"
-    return f"{kind} {seq - parent_seq * NESTED_BASE} of step {parent_seq}"
+    return f"{kind} {item_position(seq, parent_seq)} of step {parent_seq}"
 
 
 def _live_run(task: Task) -> Run | None:

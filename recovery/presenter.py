@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery import classify as c
+from recovery import words
 from tasks.batches import NESTED_BASE
 from tasks.workspace import wire
 
@@ -160,6 +161,18 @@ def step_where(seq, evidence: dict) -> str:
 
 def cause(code: str) -> str:
     return CAUSES.get(code, code.replace("_", " ").capitalize() + ".")
+
+
+def reason_items(reasons) -> list[dict]:
+    """A diagnosis' reasons (Reason objects or their saved dicts) as sentences, each with its code for a `title`:
+    "Step 2: …", never "`interrupted_twice` · step 2"."""
+    items = []
+    for r in reasons or ():
+        get = r.get if isinstance(r, dict) else lambda k, r=r: getattr(r, k, None)
+        code = get("code") or ""
+        seq = get("seq") if isinstance(get("seq"), int) else None
+        items.append({"code": code, "text": words.reason_text(code, get("detail") or "", seq)})
+    return items
 
 
 def owner(value: str) -> str:
@@ -345,6 +358,34 @@ def row_why(task, state: str, lead, current_run) -> str:
     return ""
 
 
+def row_attempts(lead, current_run) -> tuple[str, str]:
+    """The board's Attempts cell and its title: what the chain has used of the bound that holds it now.
+
+    An action's own bound where one waits (an exhausted chain says the bound it reached), else the run's place
+    in its chain; "—" only for a task that never ran.
+    """
+    if lead is not None:
+        if lead.status == "exhausted" and lead.exhaustion == "interrupted_twice":
+            return "2 of 2 used", _exhaustion_words(lead)
+        if lead.status == "exhausted" and lead.exhaustion == "chain_exhausted":
+            n = c.CHAIN_MAX_RUNS
+            return f"{n} of {n} runs", _exhaustion_words(lead)
+        bounded = lead.cause not in c.NOT_RECOVERABLE and lead.kind not in ("workspace_validation", "workspace_export")
+        if bounded and lead.status in ("open", "retrying", "exhausted"):
+            text = f"{lead.attempts} of {lead.max_attempts} used"
+            return text, f"{lead.attempts} of the {lead.max_attempts} attempts recovery action #{lead.pk} allows."
+    if current_run is None:
+        return "—", "The task has not run yet."
+    n = getattr(current_run, "attempt", 1) or 1
+    if n == 1:
+        return "first run", f"Run #{current_run.pk} is the first run of its chain."
+    return (
+        f"run {n} of its chain",
+        f"Run #{current_run.pk} is run {n} of its chain; a chain holds at most {c.CHAIN_MAX_RUNS} runs "
+        "(verified stops not counted).",
+    )
+
+
 def idle_line(last_run, *, hold=None, task=None, followup_wait: str = "") -> Line:
     """A task with nothing scheduled says why, and what moves it on (never nothing at all).
 
@@ -423,16 +464,16 @@ def bound_hold(action):
     names, on that action. Never "ask again": repeating a request does not get past a bound."""
     from tasks.holds import Hold
 
-    words = _exhaustion_words(action)
+    exhausted = _exhaustion_words(action)
     if action.exhaustion == "chain_exhausted":
         return Hold(
             "chain_exhausted",
-            f"{words} Continue now cannot add a run to it (recovery action #{action.pk}).",
+            f"{exhausted} Continue now cannot add a run to it (recovery action #{action.pk}).",
             "nobody: start over or close the task",
         )
     return Hold(
         "attempts_exhausted",
-        f"{words} Continue now does not get past that bound: recovery action #{action.pk} waits for an admin.",
+        f"{exhausted} Continue now does not get past that bound: recovery action #{action.pk} waits for an admin.",
         f"an admin, with Grant one more attempt on recovery action #{action.pk}",
     )
 
@@ -712,8 +753,8 @@ def diagnosis_line(run, diagnosis, *, auto_resume: bool, continued_by=None, refu
                 "the workspace differs from what the checkpoints recorded"
             )
         return (head + ".",)
-    words = DISPOSITION_WORDS.get(diagnosis.disposition, diagnosis.disposition)
-    line = f"{words}: {reasons}" if reasons else words + "."
+    said = DISPOSITION_WORDS.get(diagnosis.disposition, diagnosis.disposition)
+    line = f"{said}: {reasons}" if reasons else said + "."
     if continued_by is not None:
         # The question was settled: say where the run went on, never only what it once needed.
         started = continued_by.started_at is not None
@@ -790,7 +831,7 @@ def step_row(
         if step.phase == "dispatched" and run.status not in ("running", "stopping"):
             row.label = "cut off"
         if step.phase == "failed":
-            row.note = (f"failed: {step.error or 'no detail'}",)
+            row.note = (f"failed: {words.error_text(step.error) or 'no detail'}",)
     if again:
         row.note = (again, "; ", *row.note) if row.note else (again,)
     return row
@@ -817,7 +858,7 @@ def _verdict_row(step, verdict, disposition: str) -> StepRow:
     v = verdict.verdict
     if v == c.REUSE:
         if step.phase == "failed":
-            return StepRow("failed", (f"failed: {step.error or 'no detail'} — kept as failed",))
+            return StepRow("failed", (f"failed: {words.error_text(step.error) or 'no detail'} — kept as failed",))
         return StepRow("completed", ("saved result; a continuation reuses it",))
     if v == c.NOT_DISPATCHED:
         return StepRow("not started", ("planned, never dispatched: a continuation runs it",))
@@ -879,17 +920,18 @@ def run_lines(run, *, auto_resume: bool = True, disposition: str | None = None) 
         lines.append(stopped)
     if run.stop_receipt:
         by = run.stop_receipt.get("by")
-        words = {
+        receipts = {
             "worker": "Stop verified: the worker finished with its lease.",
             "lease_lapse": "Stop verified: the worker stopped renewing its lease and it lapsed.",
             "not_started": "Stop verified: no worker had started it.",
         }
-        if by in words:
-            lines.append((words[by],))
+        if by in receipts:
+            lines.append((receipts[by],))
     if run.status == "interrupted" and run.error_code == "lease_lapsed":
         lines.append((f"Interrupted: {run.error_detail or 'its lease lapsed.'}",))
     elif run.error_code and run.status != "stopped":
-        lines.append((f"{run.error_code.replace('_', ' ').capitalize()}: {run.error_detail}".rstrip(": "),))
+        detail = words.error_text(run.error_detail)
+        lines.append((f"{run.error_code.replace('_', ' ').capitalize()}: {detail}".rstrip(": "),))
     if run.recovery_disabled:
         lines.append((f"Recovery is off for this run: {run.recovery_disabled}",))
     return lines
@@ -1322,7 +1364,7 @@ def repair_line(repair) -> Line:
             f"unchanged, {n.get('kept', 0)} replaced after keeping a copy, {n.get('skipped', 0)} skipped "
             "(links are never followed).",
         )
-    return (*head, f": failed again — {r.get('error') or 'no detail'}")
+    return (*head, f": failed again — {words.error_text(r.get('error') or '') or 'no detail'}")
 
 
 def repair_task_line(action, repair_task) -> Line | None:
@@ -1525,9 +1567,8 @@ def workspace_action_view(action, *, repairs: list, repair_task=None, can_admin:
     view = ActionView(badge="", tone="", title=title, cause=cause(action.cause))
     view.files = evidence_files(action) if validation else []
     if not validation:
-        view.progress.append(
-            (f"Copying to {e.get('destination') or '?'} failed ", At(action.created_at), f": {e.get('error') or '?'}")
-        )
+        error = words.error_text(e.get("error") or "") or "no detail"
+        view.progress.append((f"Copying to {e.get('destination') or '?'} failed ", At(action.created_at), f": {error}"))
     view.progress += [repair_line(r) for r in repairs]
     view.repair_task = repair_task_line(action, repair_task)
     last = repairs[-1] if repairs else None
@@ -1631,7 +1672,10 @@ def step_files_note(notes: dict | None) -> str:
         return ""
     said = []
     if notes.get("error"):
-        said.append(f"the workspace could not be read when it completed ({notes['error']}); its outcome is recorded")
+        said.append(
+            f"the workspace could not be read when it completed ({words.error_text(notes['error'])}); its outcome is "
+            "recorded"
+        )
     items = notes.get("not_kept") or []
     if items:
         n = notes.get("not_kept_count", len(items))
@@ -1682,9 +1726,11 @@ def workspace_view(state) -> WorkspaceView:
                 f": {n.get('copied', 0)} copied, {n.get('unchanged', 0)} unchanged.",
             )
         else:
-            export = (f"Export to {x.destination} failed ", At(x.created_at), f": {x.error}")
+            export = (f"Export to {x.destination} failed ", At(x.created_at), f": {words.error_text(x.error)}")
     differ = sum(1 for f in state.files if f.status not in ("same",))
-    counts = f"{_count(len(state.files), 'file')}" + (f", {differ} differ from the manifest" if differ else "")
+    counts = f"{_count(len(state.files), 'file')}" + (
+        f"; {_count(differ, 'differs', 'differ')} from the manifest" if differ else ""
+    )
     copies = [
         {
             "copy": c,
@@ -1705,6 +1751,21 @@ def workspace_view(state) -> WorkspaceView:
 
 
 # --- sign-in and limits (SECURITY.md) ---------------------------------------------------------------
+
+
+# The console's pages for a request it cannot answer: (title, reason, what to do).
+PROBLEMS = {
+    404: (
+        "Page not found",
+        "There is no page at this address.",
+        "It may have been mistyped, or what it showed is in another organization or private to someone else.",
+    ),
+    400: (
+        "This request could not be read",
+        "The address or the form it sent is malformed, so nothing was done.",
+        "Nothing was changed. Go back and try again from the page; a link copied whole usually works.",
+    ),
+}
 
 
 def lockout_text(*, failures: int, cooloff_minutes: int | None) -> str:
@@ -1757,6 +1818,7 @@ BULK_REASONS = {
     "recovery_unavailable": "recovery of its run is unavailable: start over or cancel",
     "duplicate_risk_not_accepted": "it would run an operation of unknown outcome again, and the duplicate risk "
     "was not accepted",
+    "not_agent_run": "its run is a scripted plan: only an agent run's agent can verify a call itself",
     "already_paused": "it is already paused",
     "not_paused": "it is not paused",
     "run_live": "a run of it is still queued or running",
@@ -1904,7 +1966,8 @@ FILTER_NAMES = {
 
 def _filter_value(key: str, value: str) -> str:
     if key == "state":
-        return "running or stopping" if value == "active" else TASK_STATES.get(value, value)
+        views = {"active": "running or stopping", "follow_through": "needs follow-through"}
+        return views.get(value) or TASK_STATES.get(value, value)
     if key == "age":
         return AGE_NAMES.get(value, value)
     if key == "owner":
@@ -1919,7 +1982,7 @@ def bulk_selection(selection: dict) -> str:
         shown = {k: v for k, v in f.items() if k != "sort"}
         if not shown:
             return "Every task you could see when the preview was made."
-        words = "; ".join(f"{FILTER_NAMES.get(k, k)} {_filter_value(k, v)}" for k, v in sorted(shown.items()))
-        return f"Every task that matched the filter when the preview was made ({words}); later matches are not in it."
+        said = "; ".join(f"{FILTER_NAMES.get(k, k)} {_filter_value(k, v)}" for k, v in sorted(shown.items()))
+        return f"Every task that matched the filter when the preview was made ({said}); later matches are not in it."
     n = (selection or {}).get("ids", 0)
     return f"{n:,} task{'s' if n != 1 else ''} chosen by hand."

@@ -26,18 +26,16 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from recovery import workspace_diff as wd
 from recovery import workspaces as ws
-from recovery.actions import _check_version, _event, _locked, action_move
+from recovery.action_log import action_change, action_check_version, action_locked, action_move
 from recovery.exports import export_run
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, HeldCopy, RecoveryAction, Repair
 from tasks import services
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
-from tasks.events import event_append
 from tasks.models import Agent, Membership, Role, Task, WorkspaceFile
 from tasks.services import actor_label
 from tasks.workspace import (
@@ -260,11 +258,11 @@ def action_repair(*, action_id: int, user, version, repair: str, run: int | None
 
 @transaction.atomic
 def _action_repair(*, action_id: int, user, version, repair: str, run: int | None = None) -> Repair:
-    action = _locked(action_id, user)
+    action = action_locked(action_id, user)
     require_role(user, action.org_id, Role.ADMIN)
     action = RecoveryAction.objects.select_related("task__org", "run__continues", "original_owner").get(pk=action.pk)
     _refuse_unless_live(action)
-    _check_version(action, version)
+    action_check_version(action, version)
     if run is not None and run != action.run_id:
         raise StaleVersion(
             f"This confirmation was for run #{run}; recovery action #{action.pk} is about run #{action.run_id}.",
@@ -307,13 +305,7 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
             recovery_owner="",
         )
     else:
-        updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
-            version=F("version") + 1, updated_at=now, evidence=action.evidence
-        )
-        if updated != 1:
-            raise StaleVersion(f"Action #{action.pk} changed meanwhile.", current_version=action.version + 1)
-        e = _event(action, "action_repaired", user, status=action.status, **payload)
-        event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=user, payload=e.payload)
+        action_change(action, actor=user, kind="action_repaired", payload=payload, evidence=action.evidence)
     return row
 
 
@@ -347,7 +339,7 @@ def action_repair_task(
     Refused for an action that is not a live workspace action, or that already
     has an open repair task.
     """
-    action = _locked(action_id, user)
+    action = action_locked(action_id, user)
     require_role(user, action.org_id, Role.ADMIN)
     action = RecoveryAction.objects.select_related("task__org", "repair_task").get(pk=action.pk)
     _refuse_unless_live(action)
@@ -372,17 +364,15 @@ def action_repair_task(
     )
     # The repair works on the files it repairs: the source task's workspace.
     Task.objects.filter(pk=task.pk).update(workspace=source.workspace)
-    updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
+    action_change(
+        action,
+        actor=user,
+        kind="action_repair_task_opened",
+        payload={"repair_task": task.pk, "agent": agent, "return_owner": owner},
         repair_task=task,
         return_owner=owner,
         recovery_owner=f"agent:{agent}",
-        version=F("version") + 1,
-        updated_at=timezone.now(),
     )
-    if updated != 1:
-        raise StaleVersion(f"Action #{action.pk} changed meanwhile.", current_version=action.version + 1)
-    e = _event(action, "action_repair_task_opened", user, repair_task=task.pk, agent=agent, return_owner=owner)
-    event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=user, payload=e.payload)
     task.refresh_from_db()
     return task
 
@@ -393,12 +383,13 @@ def repair_task_done(task_id: int, *, actor="system") -> list[int]:
     for action in RecoveryAction.objects.filter(repair_task_id=task_id, status__in=LIVE_ACTION_STATUSES):
         if not action.return_owner or action.recovery_owner == action.return_owner:
             continue
-        updated = RecoveryAction.objects.filter(pk=action.pk, version=action.version).update(
-            recovery_owner=action.return_owner, version=F("version") + 1, updated_at=timezone.now()
-        )
-        if updated != 1:
-            continue
-        e = _event(action, "action_returned", actor, repair_task=task_id, return_owner=action.return_owner)
-        event_append(org_id=e.org_id, task_id=e.task_id, run_id=e.run_id, kind=e.kind, actor=actor, payload=e.payload)
-        returned.append(action.pk)
+        if action_change(
+            action,
+            actor=actor,
+            kind="action_returned",
+            payload={"repair_task": task_id, "return_owner": action.return_owner},
+            strict=False,
+            recovery_owner=action.return_owner,
+        ):
+            returned.append(action.pk)
     return returned

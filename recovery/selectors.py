@@ -1,13 +1,14 @@
 """Reads of tasks with their recovery state, for pages and the API. Query counts do not grow with data."""
 
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
-from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum, TextField
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.classify import Diagnosis, RunFacts, StepFacts, classify
+from recovery.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
 from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
@@ -29,8 +30,6 @@ from tasks.models import (
 )
 from tasks.modes import known_tools
 from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
-
-WORKSPACE_KINDS = ("workspace_validation", "workspace_export")
 
 
 def _latest_run(field: str = "pk"):
@@ -120,7 +119,20 @@ def state_filter(qs, state: str):
     qs = qs.exclude(blocked)
     if state == "queued":
         return qs.filter(queued)
-    return qs.exclude(queued)
+    qs = qs.exclude(queued)
+    if state == "follow_through":
+        return qs.filter(FOLLOW_THROUGH)
+    return qs
+
+
+# Idle tasks nothing moves on by itself while they still owe something: their last run failed, or was
+# interrupted with nothing taking it up, or follow-ups wait to be delivered (or were not).
+FOLLOW_THROUGH = (
+    Q(current_run_status=RunStatus.FAILED)
+    | Q(current_run_status=RunStatus.INTERRUPTED, awaiting_run_id__isnull=True)
+    | Q(followups_waiting__gt=0)
+    | Q(followups_undelivered__gt=0)
+)
 
 
 def action_prefetch(live_only: bool):
@@ -145,16 +157,33 @@ def attach_current_runs(tasks: list[Task]) -> None:
 MAX_QUERY = 200  # characters of a search that are used
 
 
+def search_q(q: str) -> Q:
+    """What a board search matches: the title, the task's or one of its runs' id ("#12", "run 12"), a run's
+    or a step's error text, a step's tool or its arguments. One condition on the page's own query: the board
+    still reads one page, however many runs and steps there are."""
+    number = re.sub(r"^(?:run\s*)?#?\s*", "", q, flags=re.I)
+    # ASCII digits only: "²".isdigit() is true and int() refuses it; an id has at most 18 digits.
+    is_id = number.isascii() and number.isdigit() and len(number) <= 18
+    runs = Run.objects.filter(task=OuterRef("pk"))
+    steps = Step.objects.filter(run__task=OuterRef("pk"))
+    match = (
+        Q(title__icontains=q)
+        | Exists(runs.filter(error_detail__icontains=q))
+        | Exists(steps.filter(Q(error__icontains=q) | Q(tool__iexact=q)))
+        | Exists(steps.annotate(args_text=Cast("args", TextField())).filter(args_text__icontains=q))
+    )
+    if is_id:
+        match |= Q(pk=int(number)) | Exists(runs.filter(pk=int(number)))
+    return match
+
+
 def task_queryset(user, *, state: str, q: str):
-    """Visible tasks in `state` (the SQL twin of presenters.task_state) matching the search `q` (title or #id)."""
+    """Visible tasks in `state` (the SQL twin of presenters.task_state) matching the search `q` (`search_q`)."""
     qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
     q = (q or "").strip()[:MAX_QUERY]
     if q:
-        number = q.lstrip("#")
-        # ASCII digits only: "²".isdigit() is true and int() refuses it; a task id has at most 18 digits.
-        is_id = number.isascii() and number.isdigit() and len(number) <= 18
-        qs = qs.filter(Q(title__icontains=q) | Q(pk=int(number))) if is_id else qs.filter(title__icontains=q)
+        qs = qs.filter(search_q(q))
     return qs
 
 
@@ -380,7 +409,8 @@ def checkpoint_purged(run: Run) -> str:
     purged_at = getattr(run, "checkpoint_purged_at", None)
     if purged_at is None:
         return ""
-    return f"Its saved checkpoints were purged at {purged_at.isoformat()} (retention); nothing is left to reuse."
+    when = purged_at.astimezone(UTC).strftime("%-d %b %Y at %H:%M UTC")  # words, not an ISO time
+    return f"Its saved checkpoints were purged on {when} (retention); nothing is left to reuse."
 
 
 def diagnose(run: Run, steps: list[Step] | None = None, *, task_runs: dict[int, Run] | None = None) -> Diagnosis:

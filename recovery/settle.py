@@ -7,8 +7,9 @@ attempt's real outcome; a continuation that ended before any worker started it
 and says why. There is no window in which a finished task shows a retry in flight.
 """
 
-from recovery.models import ActionStatus, AttemptOutcome, RecoveryAttempt
-from recovery.transitions import ACTIONS
+from recovery.action_log import action_open
+from recovery.models import ActionKind, ActionStatus, AttemptOutcome, RecoveryAttempt
+from recovery.transitions import ACTIONS, ATTEMPTS
 from tasks.models import Run, RunStatus
 from tasks.transitions import Event
 
@@ -30,9 +31,7 @@ def on_run_started(run: Run) -> None:
     attempt = _attempt_of(run)
     if attempt is None:
         return
-    RecoveryAttempt.objects.filter(pk=attempt.pk, outcome=AttemptOutcome.REQUESTED).update(
-        outcome=AttemptOutcome.CONTINUED
-    )
+    ATTEMPTS.move(attempt.pk, AttemptOutcome.CONTINUED, strict=False)
     action = attempt.action
     ACTIONS.move(
         action.pk,
@@ -65,10 +64,10 @@ def on_run_ended(run: Run) -> None:
     if attempt is None:
         return
     if run.started_at is not None:
-        RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=ENDED.get(run.status, AttemptOutcome.FAILED))
+        ATTEMPTS.move(attempt.pk, ENDED.get(run.status, AttemptOutcome.FAILED), strict=False)
         return
     detail = run.error_detail or f"run #{run.pk} was {run.status} before any worker started it"
-    RecoveryAttempt.objects.filter(pk=attempt.pk).update(outcome=AttemptOutcome.REJECTED, rejected_detail=detail[:300])
+    ATTEMPTS.move(attempt.pk, AttemptOutcome.REJECTED, strict=False, rejected_detail=detail[:300])
     action = attempt.action
     ACTIONS.move(
         action.pk,
@@ -94,8 +93,6 @@ def _open_diverged(run: Run) -> None:
 
     Its evidence carries both calls of the step; what remains is Start over or a cancel (never a resume).
     """
-    from recovery.actions import action_open
-    from recovery.models import ActionKind
 
     d = run.diverged
     seq = d.get("seq")

@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from recovery import classify as c
 from recovery import workspaces
-from recovery.actions import action_open_for, actions_settle, handovers_run
+from recovery.action_log import action_open_for
+from recovery.actions import actions_settle, handovers_run
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit

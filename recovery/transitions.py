@@ -4,7 +4,16 @@ Every move bumps `version`, so a person acting on an older card is refused
 (`stale_version`) and nothing relies on a lock its caller may not hold.
 """
 
-from recovery.models import ActionStatus, BulkOperation, BulkStatus, RecoveryAction
+from recovery.models import (
+    ActionStatus,
+    AttemptOutcome,
+    BulkItem,
+    BulkOperation,
+    BulkResult,
+    BulkStatus,
+    RecoveryAction,
+    RecoveryAttempt,
+)
 from tasks.transitions import Machine
 
 A = ActionStatus
@@ -33,4 +42,28 @@ BULK = Machine(
         B.RUNNING: frozenset({B.FINISHED, B.CANCELLED}),
     },
     "bulk operation",
+)
+
+AO = AttemptOutcome
+_RUN_ENDS = frozenset({AO.SUCCEEDED, AO.FAILED, AO.INTERRUPTED, AO.STOPPED})
+
+# An attempt's outcome (recovery.settle): requested (its continuation is queued) → continued (a worker started it)
+# → how that run ended; or requested → rejected (it ended before any worker started it). A continuation claimed
+# and ended within one settlement may go from requested straight to its end.
+ATTEMPTS = Machine(
+    RecoveryAttempt,
+    {
+        AO.REQUESTED: frozenset({AO.CONTINUED, AO.REJECTED, *_RUN_ENDS}),
+        AO.CONTINUED: _RUN_ENDS,
+    },
+    "recovery attempt",
+    field="outcome",
+)
+
+# A bulk item's result (recovery.bulk): pending → applied | skipped | failed, written once.
+BULK_ITEMS = Machine(
+    BulkItem,
+    {BulkResult.PENDING: frozenset({BulkResult.APPLIED, BulkResult.SKIPPED, BulkResult.FAILED})},
+    "bulk item",
+    field="result",
 )

@@ -33,6 +33,7 @@ STATES = (
     "stopping",
     "queued",
     "idle",
+    "follow_through",
     "done",
     "cancelled",
 )
@@ -116,7 +117,7 @@ class BoardFilter:
 
 
 # The board's tabs, by the key its URL carries; the Running tab lists running and stopping.
-BOARD_TABS = ("needs_decision", "exhausted", "blocked", "running", "all")
+BOARD_TABS = ("needs_decision", "exhausted", "blocked", "running", "follow_through", "all")
 BOARD_PARAMS = ("state", "q", "agent", "owner", "tool", "age", "sort")
 
 

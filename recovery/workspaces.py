@@ -26,13 +26,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from recovery import workspace_diff as wd
+from recovery.classify import WORKSPACE_KINDS
 from recovery.gates import workspace_hold
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, Export, HeldCopy, RecoveryAction, Repair
 from tasks.errors import GateClosed
 from tasks.holds import Hold
 from tasks.models import WORKSPACE_VALIDATION_FAILED, Run, RunStatus, Step, StepPhase, Task, WorkspaceFile
 from tasks.selectors import visible_tasks
-from tasks.services import run_end, run_enqueue
 from tasks.workspace import (
     FILE,
     FILE_TOOLS,
@@ -54,7 +54,6 @@ from tasks.workspace import (
 )
 from tasks.workspace import _link_text as link_text
 
-WORKSPACE_KINDS = (ActionKind.WORKSPACE_VALIDATION, ActionKind.WORKSPACE_EXPORT)
 EVIDENCE_FILES = 200  # files listed with their details in an action's evidence; the rest are counted
 
 
@@ -405,48 +404,6 @@ def record_declared(*, source: Run, steps: dict[int, Step], performed) -> None:
             )
 
 
-def refuse_continuation(*, source: Run, actor, reason: str, carry: dict, found) -> Run:
-    """The continuation's run, created and ended `failed` (never started), and the action listing each file."""
-    from recovery.actions import action_open
-
-    diffs, rows, checked, disk = found
-    task = Task.objects.select_related("org", "agent").get(pk=source.task_id)
-    evidence = evidence_for(task, diffs, rows, source=source, checked=checked, disk=disk)
-    detail = summary(diffs)
-    run = run_enqueue(
-        task=task,
-        actor=actor,
-        input=source.input,
-        continues=source,
-        carry={**carry, "refused": WORKSPACE_VALIDATION_FAILED},
-        payload={"reason": reason},
-    )
-    run = run_end(
-        run,
-        RunStatus.FAILED,
-        actor=actor,
-        kind="run_refused",
-        payload={"error_code": WORKSPACE_VALIDATION_FAILED, "reason": reason, "files": len(diffs)},
-        expect=RunStatus.QUEUED,
-        error_code=WORKSPACE_VALIDATION_FAILED,
-        error_detail=detail,
-        finished_at=timezone.now(),
-    )
-    run = Run.objects.select_related("task").get(pk=run.pk)
-    action = action_open(
-        run=run,
-        kind=ActionKind.WORKSPACE_VALIDATION,
-        cause=WORKSPACE_VALIDATION_FAILED,
-        evidence=evidence,
-        recovery_owner="role:admin",
-        actor=actor,
-    )
-    detail = f"{detail} Recovery action #{action.pk} lists them; it never started."
-    Run.objects.filter(pk=run.pk).update(error_detail=detail)
-    run.error_detail = detail
-    return run
-
-
 def refused(run: Run) -> bool:
     return run.status == RunStatus.FAILED and run.started_at is None and run.error_code == WORKSPACE_VALIDATION_FAILED
 
@@ -551,4 +508,4 @@ def writer_runs_live(task: Task) -> Run | None:
     )
 
 
-__all__ = ["FILE_TOOLS", "WORKSPACE_KINDS", "HeldCopy", "WorkspaceHeld", "admission_check", "refuse_continuation"]
+__all__ = ["FILE_TOOLS", "WORKSPACE_KINDS", "HeldCopy", "WorkspaceHeld", "admission_check"]

@@ -95,3 +95,8 @@ def item_seq(parent_seq: int, position: int) -> int:
 
 def item_position(seq: int, parent_seq: int) -> int:
     return seq - parent_seq * NESTED_BASE
+
+
+def parent_of(seq: int) -> int | None:
+    """The step a nested step (a batch item, a subagent's call) is numbered under; None for a top-level step."""
+    return seq // NESTED_BASE if seq >= NESTED_BASE else None

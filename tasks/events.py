@@ -1,5 +1,6 @@
 """The one way an Event is written."""
 
+from tasks.event_kinds import registered
 from tasks.models import Event
 
 
@@ -26,5 +27,10 @@ def event_append(
     transaction, on commit. It only wakes them early; they poll regardless.
     """
     return Event.objects.create(
-        org_id=org_id, task_id=task_id, run_id=run_id, kind=kind, actor=actor_name(actor), payload=payload or {}
+        org_id=org_id,
+        task_id=task_id,
+        run_id=run_id,
+        kind=registered(kind),
+        actor=actor_name(actor),
+        payload=payload or {},
     )

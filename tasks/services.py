@@ -48,7 +48,7 @@ from tasks.models import (
 )
 from tasks.modes import MODEL, PLAN_ONLY_TOOLS, profile_mode
 from tasks.selectors import task_facts, visible_tasks
-from tasks.transitions import MESSAGES, RUNS, TASKS, Event, claim_queued_run
+from tasks.transitions import MESSAGES, RUNS, STEPS, TASKS, Event, claim_queued_run
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
@@ -764,12 +764,8 @@ def _step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step
         raise NotEligible(f"Run #{run.pk} was asked to stop; step {seq} was not dispatched.", reason="stop_requested")
     now = timezone.now()
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
-    updated = Step.objects.filter(pk=step.pk, phase=StepPhase.PLANNED).update(
-        phase=StepPhase.DISPATCHED, dispatched_at=now, dispatch_epoch=epoch
-    )
-    if updated != 1:
+    if not STEPS.move(step.pk, StepPhase.DISPATCHED, strict=False, obj=step, dispatched_at=now, dispatch_epoch=epoch):
         raise NotEligible(f"Step {seq} changed while being dispatched.")
-    step.phase, step.dispatched_at, step.dispatch_epoch = StepPhase.DISPATCHED, now, epoch
     event_append(
         org_id=run.org_id,
         task_id=run.task_id,
@@ -952,12 +948,11 @@ def _step_complete(
     if read_first and (paths or scan_all or reported):
         raise _ReadFirst(task, [*(paths if ok else []), *reported], scan_all)
     now = timezone.now()
-    done = {**outcome, "usage_detail": usage_detail, "completed_at": now}
+    done = {name: value for name, value in outcome.items() if name != "phase"}
+    done.update(usage_detail=usage_detail, completed_at=now)
     # Step and run are locked: the compare-and-set guards a programming error, not a race.
-    if Step.objects.filter(pk=step.pk, phase=StepPhase.DISPATCHED).update(**done) != 1:
+    if not STEPS.move(step.pk, phase, expect=StepPhase.DISPATCHED, strict=False, obj=step, **done):
         raise NotEligible(f"Step {seq} changed while being completed.")
-    for name, value in done.items():
-        setattr(step, name, value)
     if result_too_large and not run.recovery_disabled:
         run.recovery_disabled = f"The result of step {seq} exceeded 8 MiB and could not be checkpointed."
         Run.objects.filter(pk=run.pk).update(recovery_disabled=run.recovery_disabled)

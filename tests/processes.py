@@ -12,6 +12,9 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
+
+from recovery.supervisor import supervise_once
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -247,3 +250,36 @@ class TcpProxy:
 
     def stop(self) -> None:
         self.cut()
+
+
+def start_worker(server, token, fault: str = "", *, label: str = "test", **env) -> subprocess.Popen:
+    """A real `manage.py worker --once` against `server` (lease 3 s, heartbeat 1 s), with a fault if given."""
+    env = child_env(
+        CONSOLE_URL=server.url,
+        CONSOLE_WORKER_TOKEN=token,
+        CONSOLE_HEARTBEAT_SECONDS=1,
+        CONSOLE_LEASE_SECONDS=3,
+        WORKER_FAULT=fault,
+        **env,
+    )
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--once", "--label", label],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def run_worker(server, token, fault=""):
+    proc = start_worker(server, token, fault=fault)
+    out, _ = proc.communicate(timeout=90)
+    return proc.returncode, out
+
+
+def lapse_and_supervise(run):
+    run.refresh_from_db()
+    if run.lease_expires_at:
+        time.sleep(max(0.0, (run.lease_expires_at - timezone.now()).total_seconds()) + 0.1)
+    return supervise_once()

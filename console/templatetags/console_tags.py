@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from recovery.presenter import fresh_start_text
-from tasks.batches import NESTED_BASE
+from tasks.batches import item_position
 
 register = template.Library()
 
@@ -69,4 +69,4 @@ def step_number(step) -> str:
     """ "3" for a top-level step; "1.2" for the second item (or subagent call) under step 1."""
     if step.parent_seq is None:
         return str(step.seq)
-    return f"{step.parent_seq}.{step.seq - step.parent_seq * NESTED_BASE}"
+    return f"{step.parent_seq}.{item_position(step.seq, step.parent_seq)}"

@@ -63,3 +63,15 @@ def on_date(value):
         value.strftime("%Y-%m-%d %H:%M:%S UTC"),
         f"{value.day} {value:%b %Y}",
     )
+
+
+@register.filter
+def lease_end(value, now=None):
+    """ "lease ends in 2 minutes" / "lease ended 3 minutes ago": when a run's lease runs out, as a sentence
+    (never "lease until in 2 minutes")."""
+    from console.templatetags.console_tags import when
+
+    if not value:
+        return ""
+    verb = "lease ends" if value > (now or timezone.now()) else "lease ended"
+    return format_html("{} {}", verb, when(value))

@@ -32,5 +32,8 @@
   });
   // Pushed rows keep what was chosen (live.js carries checked boxes over); the count follows.
   document.addEventListener("htmx:oobAfterSwap", update);
+  // The bar is folded on a phone, so the first tasks are in the first screen; a wide screen has room for it open.
+  var fold = document.querySelector("#bulk-form details.bulk-fold");
+  if (fold && window.matchMedia && window.matchMedia("(min-width: 861px)").matches) fold.open = true;
   update();
 })();

@@ -241,6 +241,11 @@ PAGES: list[Visit] = [
     Visit("sign-in locks refused", "/settings/sign-in/", roles=("viewer", "operator"), status=403),
     Visit("export roots", "/settings/exports/", roles=("admin",)),
     Visit("export roots refused", "/settings/exports/", roles=("viewer", "operator"), status=403),
+    Visit("board: search by an error's words", "/?q=disk"),
+    Visit("page not found", "/no/such/page/", roles=ROLES, status=404),
+    Visit("a task nobody can see", "/tasks/999999/", status=404),
+    Visit("a request that cannot be read", "/?q=a%00b", roles=ROLES, status=400),
+    Visit("a board cursor that cannot be read", "/?cursor=yesterday", status=400),
 ]
 
 

@@ -15,8 +15,7 @@ from tasks.services import task_create
 from tests.browser.pages import board_row_pushed, expect_live, reload_until
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import ROOT
-from tests.tasks.test_worker_process import start_worker
+from tests.processes import ROOT, start_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

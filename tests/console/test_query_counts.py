@@ -232,6 +232,9 @@ def test_the_board_does_not_grow_with_tasks(size, org, agent, operator, login, d
         "/?state=needs_decision",
         "/?state=blocked",
         "/?state=all&q=bulk",
+        "/?state=follow_through",
+        "/?q=%237",  # a task's or a run's id
+        "/?q=f1.txt",  # a tool argument, an error text
         "/?sort=urgency",
         "/?sort=urgency&agent=builder&owner=role:operator&tool=file_write&age=1h",
     )

@@ -200,3 +200,97 @@ def test_a_stranger_cannot_select_another_organizations_task(login, other_org, t
     response = login(gina).post("/bulk/preview/", {"action": "pause", "ids": [str(triage["idle"])]})
     assert response.status_code == 404 or "No task #" in response.text
     assert response.status_code in (400, 404)
+
+
+# --- follow-through, attempts, search (issue 20) ---------------------------------------------
+
+
+def failed_task(org, *, title: str, error: str):
+    """A run whose second step failed with `error`, ended failed by its worker: nothing moves the task on."""
+    from tasks.services import run_finish, step_complete, step_dispatch, step_plan
+    from tests.console.scenarios import WRITE_PLAN, checkpoint, claim
+
+    task = task_create(org=org, actor="t", title=title, agent="builder", input=WRITE_PLAN)
+    run = claim(task)
+    checkpoint(run, 1, dispatch_last=False)
+    worker, epoch = run.lease_worker, run.lease_epoch
+    step_plan(worker=worker, run_id=run.pk, epoch=epoch, seq=2, tool="file_write", args={"path": "q3-summary.md"})
+    step_dispatch(worker=worker, run_id=run.pk, epoch=epoch, seq=2)
+    step_complete(worker=worker, run_id=run.pk, epoch=epoch, seq=2, ok=False, error=error)
+    run_finish(worker=worker, run_id=run.pk, epoch=epoch, status="failed", error_code="step_failed", detail=error)
+    return task, run
+
+
+def interrupted_twice(org, *, title: str):
+    """The same step cut off in two runs of one chain: the supervisor exhausts the chain's recovery."""
+    from tests.console.scenarios import SAFE_PLAN, checkpoint, claim, lapse_and_supervise
+
+    task = task_create(org=org, actor="t", title=title, agent="builder", input=SAFE_PLAN)
+    for _ in range(2):
+        checkpoint(claim(task), 0)
+        lapse_and_supervise()
+    action = RecoveryAction.objects.get(task=task, status="exhausted")
+    assert action.exhaustion == "interrupted_twice"
+    return task
+
+
+def row_of(content: str, task_id: int) -> str:
+    return visible_text(re.search(rf'<tr id="task-{task_id}".*?</tr>', content, re.S).group(0))
+
+
+def test_needs_follow_through_lists_idle_tasks_whose_run_failed_or_whose_follow_ups_wait(login, org, operator, triage):
+    from recovery.followups import message_save
+
+    failed, _ = failed_task(org, title="t-failed", error="disk full")
+    written = task_create(org=org, actor="t", title="t-followup", agent="builder", input=SAFE_PLAN)
+    run_request_stop(actor=operator, run=written.runs.get())
+    message_save(user=operator, task=Task.objects.get(pk=written.pk), body="Use the Q3 numbers")
+    client = login(operator)
+    board = client.get("/?state=follow_through")
+    assert board.status_code == 200
+    assert sorted(row_ids(board.text)) == sorted([failed.pk, written.pk])
+    assert 'aria-current="page">Needs follow-through</a>' in board.text
+    # Each row says what it owes; the idle task nothing is owed on, and the running one, are not listed.
+    assert "ended (it failed)" in row_of(board.text, failed.pk)
+    assert "follow-up" in row_of(board.text, written.pk)
+    assert triage["idle"] not in row_ids(board.text) and triage["running"] not in row_ids(board.text)
+
+
+def test_the_attempts_column_is_filled_from_the_chain(login, org, agent, operator):
+    exhausted = interrupted_twice(org, title="t-twice")
+    decision = unknown_outcome_action(org, title="t-decision")
+    running, _ = running_task(org, title="t-running")
+    triage = {"decision": decision.task_id, "running": running.pk}
+    client = login(operator)
+    board = client.get("/").text
+    twice = row_of(board, exhausted.pk)
+    assert "Attempts 2 of 2 used" in twice
+    assert 'title="Step 1 was interrupted twice in this chain' in re.search(
+        rf'<tr id="task-{exhausted.pk}".*?</tr>', board, re.S
+    ).group(0)
+    assert "Attempts 0 of 2 used" in row_of(board, triage["decision"])
+    assert "Attempts first run" in row_of(board, triage["running"])
+    cells = re.findall(r'<td class="attempts">(.*?)</td>', board, re.S)
+    assert cells and not any(visible_text(c).endswith("—") for c in cells)
+
+
+def test_search_finds_a_run_id_an_error_and_a_tool_argument(login, org, operator, triage):
+    failed, run = failed_task(org, title="quarterly numbers", error="[Errno 28] No space left on device")
+    client = login(operator)
+    assert failed.pk in row_ids(client.get("/", {"q": f"#{run.pk}"}).text)  # a task or a run with that id
+    assert row_ids(client.get("/", {"q": f"run {run.pk}"}).text) == [failed.pk]
+    assert row_ids(client.get("/", {"q": "no space left"}).text) == [failed.pk]
+    assert row_ids(client.get("/", {"q": "q3-summary"}).text) == [failed.pk]
+    assert row_ids(client.get("/", {"q": "nothing like this"}).text) == []
+    # Search combines with the tab.
+    assert row_ids(client.get("/", {"q": "q3-summary", "state": "follow_through"}).text) == [failed.pk]
+    assert row_ids(client.get("/", {"q": "q3-summary", "state": "running"}).text) == []
+
+
+def test_a_bulk_preview_of_the_follow_through_view_names_it(login, org, agent, operator):
+    failed_task(org, title="t-failed", error="disk full")
+    client = login(operator)
+    response = client.post("/bulk/preview/", {"all_matching": "1", "filter_state": "follow_through", "action": "pause"})
+    assert response.status_code == 302, response.content
+    page = visible_text(client.get(response["Location"]).text)
+    assert "state needs follow-through" in page and "1 of 1 would be acted on" in page

@@ -35,6 +35,7 @@ def test_the_task_page_shows_the_panel_and_the_card_with_evidence_and_confirmati
     panel = visible_text(outer_html(page, f"workspace-{task.pk}"))
     assert "draft.md" in panel and "changed on disk" in panel and "todo.txt" in panel and "added on disk" in panel
     assert f"Workspace hold — Recovery action #{action.pk}" in panel
+    assert "2 files; 2 differ from the manifest" in panel  # a count agrees with its verb
     card_html = outer_html(page, f"action-{action.pk}")
     card = visible_text(card_html)
     assert "Workspace changed — 2 files differ" in card

@@ -517,7 +517,7 @@ BATCH = (
 async def test_a_cut_off_batch_decided_item_by_item_and_resumed(org, agent, operator):
     """A cut-off batch (items reused, one of unknown outcome, the rest not started), its item's decision, the
     continuation that resumes it item by item with the item marked performed."""
-    from tests.recovery.test_batch_continuations import cut_batch
+    from tests.recovery.batch_scenarios import cut_batch
 
     task = await database_sync_to_async(e.start)(org, [BATCH])
     run = await database_sync_to_async(e.first_run)(task)
@@ -541,7 +541,7 @@ async def test_an_agent_run_cut_off_handed_to_the_agent_and_continued(org, opera
     """An agent run (a prompt, model turns and tool calls, what it spent), cut off in a notify-mode call, handed
     to the agent to verify, its continuation claimed with the notice."""
     from tests.agents_api import Agent, prompt_task
-    from tests.recovery.test_agent_recovery import WRITE, history
+    from tests.recovery.agent_scenarios import WRITE, history
 
     await database_sync_to_async(make_agent)(org, "coder")
     created = await database_sync_to_async(prompt_task)(api)

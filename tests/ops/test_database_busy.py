@@ -15,27 +15,10 @@ from tasks.models import Task
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
 from tests.factories import user_token
+from tests.ops.db_admin import admin_connection, lock_waiters
 from tests.processes import Server, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def admin_connection() -> psycopg.Connection:
-    sd = connection.settings_dict
-    return psycopg.connect(
-        host=sd.get("HOST") or "127.0.0.1",
-        port=sd.get("PORT") or 5432,
-        user=sd.get("USER") or "postgres",
-        dbname=sd["NAME"],
-        autocommit=False,
-    )
-
-
-def lock_waiters(db: str) -> int:
-    with psycopg.connect(host="127.0.0.1", user="postgres", dbname=db, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'", [db]
-        ).fetchone()[0]
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -10,9 +9,10 @@ import pytest
 from recovery.models import RecoveryAction
 from tasks.models import Event, Run, Step
 from tasks.services import task_create
+from tests import processes
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import ROOT, child_env, manage, wait_for
+from tests.processes import manage, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -20,21 +20,7 @@ DRAIN = 3.0
 
 
 def start_worker(server, token: str) -> subprocess.Popen:
-    env = child_env(
-        CONSOLE_URL=server.url,
-        CONSOLE_WORKER_TOKEN=token,
-        CONSOLE_HEARTBEAT_SECONDS=1,
-        CONSOLE_LEASE_SECONDS=3,
-        CONSOLE_WORKER_DRAIN_SECONDS=DRAIN,
-    )
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--once", "--label", "drain"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return processes.start_worker(server, token, label="drain", CONSOLE_WORKER_DRAIN_SECONDS=DRAIN)
 
 
 def dispatched(run: Run, seq: int = 1) -> bool:

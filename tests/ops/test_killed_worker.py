@@ -11,8 +11,7 @@ from tasks.models import Run, Step
 from tasks.services import task_create
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.ops.test_drain import start_worker
-from tests.processes import manage, wait_for
+from tests.processes import manage, start_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +24,7 @@ def test_a_killed_worker_shows_a_growing_heartbeat_age_turns_stale_and_the_heade
     settings.CONSOLE_HEARTBEAT_SECONDS = 1
     settings.CONSOLE_LEASE_SECONDS = 3
     task = task_create(org=org, actor="t", title="wait", agent="builder", input=plan(("sleep", {"seconds": 600})))
-    proc = start_worker(daphne_server, worker_token(org))
+    proc = start_worker(daphne_server, worker_token(org), label="drain", CONSOLE_WORKER_DRAIN_SECONDS=3.0)
     run = Run.objects.get(task=task)
     wait_for(lambda: Step.objects.filter(run=run, seq=1, phase="dispatched").exists(), what="dispatched")
     wait_for(lambda: Run.objects.filter(pk=run.pk, last_heartbeat_at__isnull=False).exists(), what="a heartbeat")

@@ -3,25 +3,16 @@
 import httpx
 import pytest
 from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from recovery.supervisor import supervise_once
 from tests.factories import make_agent, make_member, user_token, worker_token
 from tests.live.wsclient import LiveSocket
+from tests.ops.metric_samples import samples
 from tests.processes import Server, wait_for
 from tests.recovery.engine import SAFE, WRITE, claim, first_run, interrupted, run_to_end, start
 
 pytestmark = pytest.mark.django_db
 SCRAPE = "scrape-token-0123456789"
-
-
-def samples(text: str) -> dict[tuple, float]:
-    """{(sample name, sorted labels…): value} of a Prometheus text exposition (parsing it proves it is one)."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, *sorted(s.labels.items()))] = s.value
-    return out
 
 
 def scrape(client, token: str | None, scheme: str = "Bearer"):

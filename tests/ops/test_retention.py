@@ -75,6 +75,12 @@ def test_a_purged_runs_action_events_and_pages_still_read(org, agent, operator, 
     assert page.status_code == 200
     html = page.content.decode()
     assert "Checkpoint purged on <time" in html and "checkpoint_purged" in html
+    # The reason says when in words, never as an ISO time, and keeps its code out of the sentence.
+    from tests.helpers import visible_text
+
+    said = visible_text(html)
+    assert "Its saved checkpoints were purged on " in said and run.checkpoint_purged_at.isoformat() not in said
+    assert "checkpoint_purged" not in said
     assert client.get(f"/tasks/{run.task_id}/").status_code == 200
 
     # Deciding it can no longer continue from a checkpoint that is gone: refused, saying why.

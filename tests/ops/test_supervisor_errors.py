@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from recovery.models import SupervisorPass, SupervisorProcess
 from tasks.models import Run
-from tests.ops.test_metrics import samples
+from tests.ops.metric_samples import samples
 from tests.processes import ROOT, child_env, wait_for
 from tests.recovery.engine import SAFE, claim, first_run, start
 

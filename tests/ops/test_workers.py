@@ -116,7 +116,7 @@ def test_a_running_run_shows_its_heartbeat_age_and_lease_expiry(org, agent, oper
     run = held(org)
     client.force_login(operator)
     page = client.get(f"/agents/builder/runs/{run.pk}/").content.decode()
-    assert "claimed <time" in page and "no heartbeat yet" in page and "lease until <time" in page
+    assert "claimed <time" in page and "no heartbeat yet" in page and "lease ends <time" in page
     services.run_heartbeat(worker=run.lease_worker, run_id=run.pk, epoch=run.lease_epoch)
     Run.objects.filter(pk=run.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=42))
     page = client.get(f"/tasks/{run.task_id}/").content.decode()

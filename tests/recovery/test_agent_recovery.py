@@ -14,40 +14,12 @@ from tests.agents_api import Agent, model_args, prompt_task
 from tests.factories import make_agent
 from tests.helpers import claim, create_task, outer_html, plan, visible_text
 from tests.recovery import engine
+from tests.recovery.agent_scenarios import WRITE, crash_and_supervise, history, parked
 
 
 @pytest.fixture
 def coder(org):
     return make_agent(org, "coder")
-
-
-def crash_and_supervise():
-    engine.lapse()
-    return supervise_once()
-
-
-def history(agent: Agent) -> None:
-    """Steps 1 to 5 of an agent's conversation: two model turns, a read, a failed call, a third turn."""
-    agent.turn(1, {"messages": ["hi"]}, "read a.md")
-    agent.call(2, "file_read", {"path": "a.md"}, {"content": "A"})
-    agent.turn(3, {"messages": ["hi", "A"]}, "try the api", tokens=(300, 40))
-    agent.call(4, "http_get", {"url": "https://example.invalid"}, ok=False)
-    agent.turn(5, {"messages": ["hi", "A", "failed"]}, "write it down")
-
-
-WRITE = ("file_write", {"path": "notes.md", "content": "# Notes"})
-
-
-def parked(runner, api):
-    """An agent run with the history above, cut off in its notify-mode file_write (step 6): its action."""
-    task = prompt_task(api)
-    agent = Agent.claims(runner)
-    history(agent)
-    agent.cut_off(6, *WRITE)
-    crash_and_supervise()
-    action = RecoveryAction.objects.get(run_id=agent.run)
-    assert action.kind == "unknown_outcome" and action.seq == 6
-    return task, agent, action
 
 
 def decide(api, action, outcome, note="", **extra):
@@ -94,7 +66,7 @@ def test_agent_verifies_admits_a_continuation_that_carries_every_saved_step_and_
     client.force_login(api_user())
     page = visible_text(client.get(f"/agents/coder/runs/{nxt.run}/").text)
     assert "handed to the agent to verify by olive; the model was told: This call (file_write(" in page
-    assert "reused — saved result of run #" in page
+    assert f"reused from run #{action.run_id} — not called again" in page
 
 
 def test_performed_reaches_an_agent_as_a_notice_with_the_note_not_as_a_result(api, runner, coder):
@@ -379,7 +351,7 @@ def test_the_task_page_and_the_run_page_show_the_prompt_and_what_the_agent_retur
     assert body["kind"] == "agent" and body["output"] == {"summary": "disk full on db-2"}
     client = Client()
     client.force_login(operator)
-    for url in (f"/tasks/{task['id']}/", f"/agents/coder/runs/{agent.run}/"):
+    for url, prompt in ((f"/tasks/{task['id']}/", "Prompt: "), (f"/agents/coder/runs/{agent.run}/", "Prompt ")):
         page = visible_text(client.get(url).text)
-        assert "Prompt: Summarise the incident" in page
+        assert f"{prompt}Summarise the incident" in page
         assert f"What the agent returned in run #{agent.run}" in page and "disk full on db-2" in page

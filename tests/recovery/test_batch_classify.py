@@ -4,7 +4,7 @@ from recovery import batches
 from recovery import classify as c
 from recovery.classify import classify
 from tasks.batches import item_args, parse_batch
-from tests.recovery.test_classify import facts, reason, step
+from tests.recovery.facts import facts, reason, step
 
 READ = {"tool": "file_read", "args": {"path": "{{item}}.txt"}}
 WRITE = {"tool": "file_write", "args": {"path": "{{item}}.txt", "content": "row {{item}}"}}
@@ -53,7 +53,7 @@ def test_an_item_of_a_notify_tool_cut_off_after_dispatch_is_a_decision_about_tha
     assert d.disposition == c.NEEDS_DECISION
     r = reason(d, "unknown_outcome")
     assert r.seq == 100_002  # the item, not the batch
-    assert "Item 2 of the batch, file_write" in r.detail and '"path": "b.txt"' in r.detail
+    assert "Item 2 of the batch, file_write" in r.detail and "with path “b.txt”, content “row b”" in r.detail
     assert "item 1 reused, item 2 may or may not have happened (unknown outcome), items 3–5 not started" in r.detail
     assert the(d, 1).verdict == c.UNKNOWN_OUTCOME
 

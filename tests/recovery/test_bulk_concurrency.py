@@ -6,7 +6,7 @@ from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
 from recovery.models import BulkItem, RecoveryAttempt
 from tasks.models import Event, Run
 from tests.recovery.bulk_scenarios import unknown_outcomes
-from tests.recovery.test_concurrency import race
+from tests.recovery.races import race
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -1,54 +1,16 @@
 """classify(): a run's saved steps in, a diagnosis out. Pure: no database, no clock."""
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recovery import classify as c
 from recovery.classify import RunFacts, StepFacts, classify
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-TOOLS = {"replay": "file_read", "notify": "file_write", "forget": "shred"}
-
-
-def at(minutes: int) -> datetime:
-    return T0 + timedelta(minutes=minutes)
-
-
-def step(seq, phase="completed", mode="replay", *, tool=None, args=None, **extra) -> StepFacts:
-    """A well-formed checkpoint of step `seq` in `phase`; timestamps follow the seq order."""
-    dispatched = at(seq * 10) if phase in ("dispatched", "completed", "failed") else None
-    completed = at(seq * 10 + 1) if phase in ("completed", "failed") else None
-    fields = dict(
-        seq=seq,
-        tool=tool or TOOLS.get(mode, "file_read"),
-        args={"path": f"f{seq}.txt"} if args is None else args,
-        phase=phase,
-        recovery_mode=mode,
-        has_result=phase == "completed",
-        dispatched_at=dispatched,
-        completed_at=completed,
-    )
-    fields.update(extra)
-    return StepFacts(**fields)
-
-
-def facts(*steps, status="interrupted", plan=None, **extra) -> RunFacts:
-    if plan is None:
-        plan = {"steps": [{"tool": s.tool, "args": s.args} for s in sorted(steps, key=lambda s: s.seq)]}
-    return RunFacts(run_id=7, status=status, plan=plan, steps=tuple(steps), **extra)
+from tests.recovery.facts import TOOLS, at, facts, reason, step
 
 
 def verdicts(diagnosis) -> dict[int, str]:
     return {s.seq: s.verdict for s in diagnosis.steps}
-
-
-def reason(diagnosis, code: str):
-    found = [r for r in diagnosis.reasons if r.code == code]
-    assert found, f"no reason {code!r} in {[r.code for r in diagnosis.reasons]}"
-    return found[0]
 
 
 # --- verdicts and dispositions ------------------------------------------------------------
@@ -338,7 +300,7 @@ def test_blocking_reasons_are_specific_never_one_generic_error():
     assert d.disposition == c.NEEDS_DECISION
     assert [(r.code, r.seq) for r in d.reasons] == [("unknown_outcome", 1)]
     detail = d.reasons[0].detail
-    assert '"path": "a"' in detail and at(1).isoformat() not in detail
+    assert "file_write with path “a”" in detail and '{"' not in detail and at(1).isoformat() not in detail
 
 
 # --- properties -------------------------------------------------------------------------------

@@ -1,33 +1,17 @@
 """Two people acting on one card at once admit exactly one attempt, on PostgreSQL and on SQLite."""
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connections
 
 from recovery.models import RecoveryAttempt
 from tasks.models import Run
 from tests.conftest import token_client
 from tests.factories import make_member, user_token
 from tests.recovery import engine as e
+from tests.recovery.races import race
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-def race(requests):
-    """Send every request at the same moment, each from its own thread and client; return the responses."""
-    start = threading.Barrier(len(requests))
-
-    def send(request):
-        start.wait()
-        try:
-            return request()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(len(requests)) as pool:
-        return list(pool.map(send, requests))
 
 
 def assert_one_admission(action, responses) -> None:

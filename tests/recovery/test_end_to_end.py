@@ -1,11 +1,9 @@
 """Recovery end to end: real worker processes killed by WORKER_FAULT, a real server, the real supervisor."""
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.supervisor import supervise_once
@@ -13,22 +11,9 @@ from tasks.models import Run, Step
 from tasks.services import task_create
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.tasks.test_worker_process import start_worker
+from tests.processes import lapse_and_supervise, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def run_worker(server, token, fault=""):
-    proc = start_worker(server, token, fault=fault)
-    out, _ = proc.communicate(timeout=90)
-    return proc.returncode, out
-
-
-def lapse_and_supervise(run):
-    run.refresh_from_db()
-    if run.lease_expires_at:
-        time.sleep(max(0.0, (run.lease_expires_at - timezone.now()).total_seconds()) + 0.1)
-    return supervise_once()
 
 
 def test_a_killed_run_of_safe_steps_resumes_by_itself_without_redoing_completed_work(daphne_server, org, agent):

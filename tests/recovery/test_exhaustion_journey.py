@@ -18,8 +18,8 @@ from tasks.models import Run, Step, Task
 from tasks.services import task_create
 from tests.factories import make_agent, user_token, worker_token
 from tests.helpers import plan
+from tests.processes import lapse_and_supervise, run_worker
 from tests.recovery import engine as e
-from tests.recovery.test_end_to_end import lapse_and_supervise, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,8 +7,7 @@ from tasks.models import Event, Message, Run, Step
 from tasks.services import run_request_stop, task_create, task_pause, task_resume
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import wait_for
-from tests.tasks.test_worker_process import start_worker
+from tests.processes import start_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import F
 from django.test import Client
 
-from recovery.actions import action_open
+from recovery.action_log import action_open
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.selectors import current_gate
 from recovery.supervisor import supervise_once

@@ -11,7 +11,7 @@ from tasks.models import AgentProfile, Run, Step
 from tasks.services import task_create
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.recovery.test_end_to_end import lapse_and_supervise, run_worker
+from tests.processes import lapse_and_supervise, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

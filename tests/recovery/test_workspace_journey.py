@@ -13,7 +13,7 @@ from tasks.services import task_create
 from tests.conftest import token_client
 from tests.factories import user_token, worker_token
 from tests.helpers import plan
-from tests.recovery.test_end_to_end import lapse_and_supervise, run_worker
+from tests.processes import lapse_and_supervise, run_worker
 from tests.recovery.workdisk import edit_by_hand, sha
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

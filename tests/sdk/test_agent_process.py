@@ -6,20 +6,16 @@ line to a counts file of its process; the tools' side effects are lines in works
 """
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from recovery.models import RecoveryAction
 from tasks.models import Run, Step
-from tests.helpers import visible_text
-from tests.processes import ROOT, child_env, wait_for
-from tests.recovery.test_end_to_end import lapse_and_supervise
+from tests.processes import lapse_and_supervise, wait_for
 from tests.sdk.agents import PLAN, Counts
 from tests.sdk.conftest import agent_task
+from tests.sdk.drive import decide, start_agent, stop, task_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,31 +27,6 @@ SAVED = [
     (5, "model", "completed"),
     (6, "slow_write", "dispatched"),
 ]
-
-
-def start_agent(server, token, counts: Counts, *, slow: float = 0, variant: str = "", hold="") -> subprocess.Popen:
-    env = child_env(
-        CONSOLE_URL=server.url,
-        CONSOLE_WORKER_TOKEN=token,
-        AGENT_COUNTS=counts.dir,
-        AGENT_SLOW_SECONDS=slow,
-        AGENT_VARIANT=variant,
-        AGENT_HOLD_FILE=hold,
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.sdk.agents"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
-    return out
 
 
 def killed_during_the_third_tool_call(server, token, org, tmp_path):
@@ -100,24 +71,6 @@ def the_saved_work_was_not_done_again(task, two: Counts):
     assert all(m["turn"] > 6 for m in two.read("model")), two.read("model")
     assert not [t for t in two.read("tools") if t["tool"] == "note_append"]
     assert (Path(task.workspace) / "notes.md").read_text() == "one\ntwo\n"
-
-
-def decide(api, action, outcome, note=""):
-    response = api.post(
-        f"/api/actions/{action.pk}/decision/",
-        {"version": action.version, "outcome": outcome, "note": note},
-        format="json",
-    )
-    assert response.status_code == 200, response.content
-    return response.json()
-
-
-def task_page(operator, task) -> str:
-    client = Client()
-    client.force_login(operator)
-    response = client.get(f"/tasks/{task.pk}/")
-    assert response.status_code == 200
-    return visible_text(response.content.decode())
 
 
 def test_decided_the_agent_verifies_the_model_gets_the_notice_and_the_run_finishes_with_its_output(

@@ -9,7 +9,7 @@ from tasks.services import run_request_stop
 from tests.processes import wait_for
 from tests.sdk.agents import Counts
 from tests.sdk.conftest import agent_task
-from tests.sdk.test_agent_process import start_agent, stop, task_page
+from tests.sdk.drive import start_agent, stop, task_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,7 @@ from django.utils import timezone
 from recovery_console import Console
 from tasks.models import Event, Run, Step
 from tasks.services import leases_expire, run_request_stop
-from tests.processes import wait_for
-from tests.recovery.test_end_to_end import lapse_and_supervise
+from tests.processes import lapse_and_supervise, wait_for
 from tests.sdk.agents import PLAN, TOOLS, Counts, make_agent
 from tests.sdk.conftest import agent_task
 from tests.sdk.proxy import Proxy

@@ -12,7 +12,7 @@ from tests.helpers import plan
 from tests.processes import wait_for
 from tests.sdk.agents import PLAN, Counts
 from tests.sdk.conftest import agent_task
-from tests.sdk.test_agent_process import start_agent
+from tests.sdk.drive import start_agent
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

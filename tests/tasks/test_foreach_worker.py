@@ -7,7 +7,7 @@ import pytest
 
 from recovery_console import Outcome
 from recovery_console.reference.faults import Faults, parse_faults
-from tests.tasks.test_tools import FakeClient, claim_for, execute
+from tests.tasks.tool_client import FakeClient, claim_for, execute
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from django.utils import timezone
 from recovery.supervisor import supervise_once
 from tasks import services
 from tasks.models import Event, Run, Task, WorkerInstance
-from tasks.transitions import _claim_sql
+from tasks.transitions import claim_sql
 from tests.recovery import engine as e
 
 pytestmark = pytest.mark.django_db
@@ -119,10 +119,10 @@ def test_the_claim_reads_the_partial_index_of_queued_runs_not_every_run(org, age
             "agents": None,
             "kinds": None,
         }
-        cursor.execute("EXPLAIN " + _claim_sql(), params)
+        cursor.execute("EXPLAIN " + claim_sql(), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
         # A worker that claims only some agents' runs, or only agent runs, reads an index of live runs too.
-        cursor.execute("EXPLAIN " + _claim_sql(), {**params, "agents": ["builder"], "kinds": ["agent"]})
+        cursor.execute("EXPLAIN " + claim_sql(), {**params, "agents": ["builder"], "kinds": ["agent"]})
         narrowed = "\n".join(row[0] for row in cursor.fetchall())
     assert "run_queue" in plan, plan
     assert "Seq Scan on tasks_run" not in narrowed and "Index" in narrowed, narrowed

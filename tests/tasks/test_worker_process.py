@@ -1,8 +1,6 @@
 """Real worker processes against a real daphne server: success, Stop, and a SIGKILL mid-step."""
 
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -14,27 +12,9 @@ from tasks.models import Event, Run, Step
 from tasks.services import leases_expire, run_request_stop, task_create
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import ROOT, child_env, manage, wait_for
+from tests.processes import manage, start_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def start_worker(server, token, fault: str = "") -> subprocess.Popen:
-    env = child_env(
-        CONSOLE_URL=server.url,
-        CONSOLE_WORKER_TOKEN=token,
-        CONSOLE_HEARTBEAT_SECONDS=1,
-        CONSOLE_LEASE_SECONDS=3,
-        WORKER_FAULT=fault,
-    )
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--once", "--label", "test"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def test_a_worker_runs_real_tools_in_the_workspace_and_succeeds(daphne_server, org, agent):
@@ -156,7 +136,7 @@ def test_bash_output_with_a_nul_and_invalid_utf8_round_trips_through_a_real_work
     """The issue's case: `printf 'a\\000b'` in bash. Checkpointed, carried into a continuation byte for byte."""
     from tasks import payloads
     from tasks.api import claim_data
-    from tests.recovery.test_end_to_end import lapse_and_supervise
+    from tests.processes import lapse_and_supervise
 
     token = worker_token(org)
     task = task_create(

@@ -11,7 +11,7 @@ from tasks.models import Run
 from tasks.services import task_create
 from tests.factories import user_token, worker_token
 from tests.helpers import plan
-from tests.recovery.test_end_to_end import lapse_and_supervise, run_worker
+from tests.processes import lapse_and_supervise, run_worker
 from tests.truth.surfaces import assert_no_iso, read
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

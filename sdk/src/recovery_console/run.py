@@ -311,6 +311,17 @@ class Run:
             return (saved is not None and saved.get("parent_seq") is None) or following in self._notices
 
     @property
+    def upcoming(self) -> Mapping[str, Any] | None:
+        """The saved step (or notice) the agent's next top-level call will be compared with, if any: its
+        `tool` and `args` (a model turn's args hold the request it was asked with)."""
+        with self._lock:
+            following = self._seq + 1
+            saved = self._saved.get(following)
+            if saved is not None and saved.get("parent_seq") is None:
+                return saved
+            return self._notices.get(following)
+
+    @property
     def saved_steps(self) -> int:
         """How many saved steps (and notices) this continuation carries for the agent to replay."""
         return len(self._saved) + len(self._notices)

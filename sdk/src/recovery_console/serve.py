@@ -272,7 +272,8 @@ def serve(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    catalogue = [as_tool(t) for t in tools]
+    # A framework adapter's function carries its agent's catalogue (`recovery_console.pydantic_ai.durable`).
+    catalogue = [as_tool(t) for t in (tools or getattr(fn, "tools", ()))]
     if catalogue:
         if not agent:
             raise ValueError("tools are registered for one agent: name it (serve(console, 'coder', fn, tools=...))")
