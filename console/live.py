@@ -362,7 +362,8 @@ def task_update(
         for rid in sorted(new_run_ids):
             if rid in task_runs:
                 card = cards.render_run_card(task_runs[rid], task_runs, user=viewer)
-                out.append(f'<ol hx-swap-oob="beforeend:#chain-{task_id}"><li>{card}</li></ol>')
+                # Before the chain's last line (its recovery line), which stays last.
+                out.append(f'<ol hx-swap-oob="beforebegin:#chain-recovery-{task_id}"><li>{card}</li></ol>')
         if run_ids or new_run_ids:
             out.append(cards.render_chain_recovery(task, task_runs, oob=True))
     return "".join(out)

@@ -123,6 +123,8 @@ def swap(page: str, message: str) -> str:
             page = page.replace(outer_html(page, known), first[0], 1)
         elif where == "beforeend":
             page = page.replace(old, old[: old.rindex("<")] + content + old[old.rindex("<") :], 1)
+        elif where == "beforebegin":
+            page = page.replace(old, content + old, 1)
         elif where == "afterbegin":
             page = page.replace(old, opening(old) + content + old[len(opening(old)) :], 1)
         else:
