@@ -7,12 +7,12 @@ it needs and hands the presenter's views to the templates.
 from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 
-from console.fresh import start_over_context
+from console.start_over_card import start_over_context
 from recovery import conversation, followups, presenter
-from recovery.fresh import duplicate_risk
+from recovery.api_shapes import action_view_of
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
-from recovery.presenters import action_view_of
 from recovery.selectors import diagnose, run_usage, step_modes_now, task_detail
+from recovery.start_over import duplicate_risk
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
 from tasks.models import LIVE_RUN_STATUSES, WORKSPACE_VALIDATION_FAILED, Agent, Run, Step, Task

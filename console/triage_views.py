@@ -19,7 +19,7 @@ from console import cards
 from console.live import last_event_id
 from console.views import TABS, bad_request, refused
 from recovery import presenter, triage
-from recovery.bulk_rules import ACTIONS
+from recovery.rules.bulk import ACTIONS
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, ServiceError
 from tasks.selectors import primary_membership

@@ -16,10 +16,10 @@ from console import agent_settings, cards
 from console.live import last_event_id
 from recovery import actions as recovery_actions
 from recovery import controls, followups, presenter, repairs, workspaces
-from recovery.fresh import task_start_over as start_over
 from recovery.models import RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_detail
+from recovery.start_over import task_start_over as start_over
 from tasks import accounts, export_roots, services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
@@ -307,7 +307,7 @@ def _continue(request, task):
 task_continue = _task_header_action(_continue)
 # Follow-ups a closing left undelivered, offered again on the reopened task (through normal admission).
 task_messages_deliver = _task_header_action(lambda r, t: followups.messages_deliver(user=r.user, task_id=t.pk))
-# Start over: a fresh run from the beginning that reuses nothing (recovery.fresh).
+# Start over: a fresh run from the beginning that reuses nothing (recovery.start_over).
 task_start_over = _task_header_action(
     lambda r, t: start_over(task_id=t.pk, user=r.user, accept_duplicate_risk=_checked(r, "accept_duplicate_risk")),
     fields=("accept_duplicate_risk",),

@@ -14,23 +14,23 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
+from recovery.rules import classify as c
 from recovery.transitions import ACTIONS
 from tasks.batches import item_position
 from tasks.errors import NotFound, StaleVersion
 from tasks.events import event_append
 from tasks.models import Run
 from tasks.selectors import visible_tasks
-from tasks.transitions import Event
+from tasks.transitions import NewEvent
 
 
 def action_due() -> timedelta:
     return timedelta(seconds=getattr(settings, "CONSOLE_ACTION_DUE_SECONDS", 24 * 3600))
 
 
-def action_event(action: RecoveryAction, kind: str, actor, **payload) -> Event:
-    return Event(
+def action_event(action: RecoveryAction, kind: str, actor, **payload) -> NewEvent:
+    return NewEvent(
         kind,
         actor,
         action.org_id,

@@ -4,9 +4,9 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, fresh, presenter, repairs, schemas, selectors, workspaces
+from recovery import actions, controls, followups, presenter, repairs, schemas, selectors, start_over, workspaces
+from recovery.api_shapes import action_data, attempt_data, run_data, task_data
 from recovery.modes import current_modes
-from recovery.presenters import action_data, attempt_data, run_data, task_data
 from tasks import services, throttles
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson
@@ -449,7 +449,7 @@ class TaskStartOverView(OperatorView):
         data.is_valid(raise_exception=True)
 
         def handle():
-            run = fresh.task_start_over(
+            run = start_over.task_start_over(
                 task_id=task_id,
                 user=request.user,
                 accept_duplicate_risk=data.validated_data["accept_duplicate_risk"],

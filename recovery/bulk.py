@@ -36,9 +36,9 @@ from django.utils import timezone
 
 from recovery import actions as recovery_actions
 from recovery import controls, presenter, triage, workspaces
-from recovery.bulk_rules import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.bulk_selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
+from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.transitions import BULK, BULK_ITEMS
 from recovery.workspaces import WorkspaceHeld
 from tasks import services
@@ -57,7 +57,7 @@ from tasks.events import event_append
 from tasks.models import Role, Task
 from tasks.selectors import memberships_forget, primary_membership, visible_tasks
 from tasks.services import actor_label
-from tasks.transitions import Event
+from tasks.transitions import NewEvent
 
 log = logging.getLogger("recovery.bulk")
 
@@ -283,7 +283,7 @@ def bulk_execute(*, user, op_id: int, scope_hash) -> BulkOperation:
         BulkStatus.RUNNING,
         expect=BulkStatus.PREVIEWED,
         started_at=now,
-        event=Event("bulk_started", user, op.org_id, None, None, {"bulk": op.pk, "count": op.count}),
+        event=NewEvent("bulk_started", user, op.org_id, None, None, {"bulk": op.pk, "count": op.count}),
     )
     op.refresh_from_db()
     return op
@@ -309,7 +309,7 @@ def bulk_cancel(*, user, op_id: int) -> BulkOperation:
         expect=op.status,
         finished_at=now,
         cancelled_by=actor_label(user),
-        event=Event(
+        event=NewEvent(
             "bulk_cancelled", user, op.org_id, None, None, {"bulk": op.pk, "skipped": skipped, "was": op.status}
         ),
     )
@@ -539,7 +539,7 @@ def _progress(op: BulkOperation, settled: int) -> None:
                 expect=BulkStatus.RUNNING,
                 strict=False,
                 finished_at=timezone.now(),
-                event=Event("bulk_finished", op.actor_name, op.org_id, None, None, payload),
+                event=NewEvent("bulk_finished", op.actor_name, op.org_id, None, None, payload),
             )
         elif settled:
             event_append(org_id=op.org_id, kind="bulk_progress", actor=op.actor_name, payload=payload)

@@ -5,9 +5,9 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from recovery import bulk, presenter
-from recovery.bulk_rules import ACTIONS
 from recovery.bulk_selectors import counts_of, expired, history_page, ledger, operation
 from recovery.models import BulkItem, BulkOperation, BulkStatus
+from recovery.rules.bulk import ACTIONS
 from tasks.api import BaseAPIView, idempotent, int_param, iso, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.errors import Forbidden

@@ -13,8 +13,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery import presenter
-from recovery.bulk_rules import ActionFacts, ItemFacts
 from recovery.models import LIVE_ACTION_STATUSES, BulkItem, BulkOperation, BulkResult, RecoveryAction
+from recovery.rules.bulk import ActionFacts, ItemFacts
 from recovery.selectors import annotate_state, attach_current_runs
 from tasks.errors import Invalid, NotFound
 from tasks.holds import TaskFacts
@@ -25,7 +25,7 @@ ANCESTOR_DEPTH = 32
 
 
 def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemFacts]]:
-    """The facts `bulk_rules.verdict` decides on, for up to a few hundred tasks in a fixed number of queries.
+    """The facts `rules.bulk.verdict` decides on, for up to a few hundred tasks in a fixed number of queries.
 
     Tasks with state, their live actions (with their source runs' leases), the latest runs, open
     dependencies, and the ancestors of those that have a parent (one query per level of nesting). Actions

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery import workspaces
 from recovery.action_log import action_open
 from recovery.models import ActionKind
 from recovery.presenter import notice_text, run_status_phrase
+from recovery.rules import classify as c
 from recovery.selectors import diagnose, run_facts
 from tasks.batches import FOREACH, parent_of
 from tasks.errors import NotEligible
@@ -75,7 +75,7 @@ def continuation_blocked(task, source: Run) -> Blocked | None:
     action used up and a person cancelled since — only an admin's grant gets past those, never Continue now
     or a follow-up. Then an unknown outcome nobody decided.
     """
-    from recovery.gates import first_closed_gate
+    from recovery.rules.gates import first_closed_gate
     from recovery.selectors import admission_facts, recorded_exhaustion
 
     gate = first_closed_gate(admission_facts(task=task, source=source))

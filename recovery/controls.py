@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery import presenter, workspaces
 from recovery.action_log import action_open, action_open_for
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
-from recovery.gates import BOUNDS, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction
+from recovery.rules import classify as c
+from recovery.rules.gates import BOUNDS, first_closed_gate
 from recovery.selectors import admission_facts, continuation_source
 from tasks.authz import require_role
 from tasks.batches import item_position, parent_of
@@ -39,7 +39,7 @@ from tasks.models import (
 )
 from tasks.selectors import visible_tasks
 from tasks.services import _request_stop, actor_label, run_cancel_queued, run_enqueue
-from tasks.transitions import MESSAGES, TASKS, Event
+from tasks.transitions import MESSAGES, TASKS, NewEvent
 
 MAX_REASON = 500
 CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
@@ -314,7 +314,7 @@ def task_close(*, user, task_id: int, resolution: str, reason: str) -> Task:
         closed_at=now,
         close_reason=reason,
         updated_at=now,
-        event=Event("task_closed", user, task.org_id, task.pk, None, {"resolution": resolution, "reason": reason}),
+        event=NewEvent("task_closed", user, task.org_id, task.pk, None, {"resolution": resolution, "reason": reason}),
     )
     stopped = []
     for run in Run.objects.select_for_update().filter(task=task, status__in=LIVE_RUN_STATUSES):
@@ -359,7 +359,7 @@ def task_reopen(*, user, task_id: int, reason: str) -> Task:
         closed_at=None,
         close_reason="",
         updated_at=timezone.now(),
-        event=Event("task_reopened", user, task.org_id, task.pk, None, {"was": task.status, "reason": reason}),
+        event=NewEvent("task_reopened", user, task.org_id, task.pk, None, {"was": task.status, "reason": reason}),
     )
     task.refresh_from_db()
     return task

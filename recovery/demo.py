@@ -33,6 +33,7 @@ from tasks.services import run_request_stop, task_create, task_pause
 log = logging.getLogger("recovery.demo")
 ROOT = Path(settings.BASE_DIR)
 DEMO_LEASE_SECONDS = 3
+AGENTS = ("courier", "analyst", "deployer")
 
 
 def _plan(*steps) -> dict:
@@ -108,11 +109,37 @@ class EmbeddedServer:
             self.check(proc, crash_expected=bool(fault))
         return proc
 
+    def agent(self, token: str, name: str, *options: str) -> subprocess.Popen:
+        """bin/demo_agents.py serving one pydantic-ai agent (a process of its own: the console never imports
+        the SDK); it runs until the demo kills it or ends it with SIGTERM."""
+        outbox = Path(settings.VAR_DIR) / "demo-outbox"  # the courier's sent mail, outside every workspace
+        env = {**self.env, "CONSOLE_WORKER_TOKEN": token, "DEMO_OUTBOX": str(outbox), "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, str(ROOT / "bin" / "demo_agents.py"), name, *options]
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    @staticmethod
+    def end(proc, *, kill: bool = False) -> None:
+        """SIGKILL (a crash) or SIGTERM (the SDK drains and exits 0) an agent process."""
+        proc.kill() if kill else proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+        if not kill and proc.returncode != 0:
+            raise RuntimeError(f"a demo agent failed ({proc.returncode}):\n{out}")
+
     @staticmethod
     def check(proc, *, crash_expected: bool = False) -> None:
         out, _ = proc.communicate(timeout=120)
         if proc.returncode != 0 and not crash_expected:
             raise RuntimeError(f"a demo worker failed ({proc.returncode}):\n{out}")
+
+
+def _wait(until, what: str, proc=None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"a demo agent exited while waiting for {what}:\n{proc.communicate()[0]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the demo waited {timeout:g} s for {what}")
+        time.sleep(0.2)
 
 
 def _settle(run: Run, timeout: float = 30) -> Run:
@@ -138,6 +165,8 @@ def seed(*, stdout=None, credentials: Path | None = None) -> dict:
     agent_add(org=org, name="builder", auto_resume=True)
     agent_add(org=org, name="scout", auto_resume=True)
     agent_add(org=org, name="auditor", auto_resume=False)
+    for name in AGENTS:  # pydantic-ai agents, served by bin/demo_agents.py
+        agent_add(org=org, name=name, auto_resume=True)
     lines = [f"{name:9} {password}   ({role})" for name, (role, password) in passwords.items()]
     if credentials:
         credentials.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +226,79 @@ def workspace_scenarios(make, work, settle, say, *, exports: Path) -> dict:
     settle(task)  # it succeeded; the supervisor's export finds a file where the directory should be
     say(task, f"done, but its export failed: remove {blocker} and an admin uses Retry export")
     return {"diverged": diverged, "export": task, "blocker": blocker}
+
+
+def agent_scenarios(server: EmbeddedServer, token: str, settle, say, *, org: Organization, operator) -> dict:
+    """pydantic-ai agents (bin/demo_agents.py: function models, tools reading their workspaces) under the real
+    engine: one cut off in a notify call, one stopped and given a follow-up, one whose replay diverges."""
+
+    def make(title: str, agent: str, prompt: str, files: dict) -> tuple[Task, Run]:
+        task = task_create(org=org, actor="demo", title=title, agent=agent, input={"prompt": prompt})
+        for name, text in files.items():  # inputs put in the workspace before the first run: its baseline
+            Path(task.workspace, name).write_text(text)
+        return task, task.runs.get()
+
+    def dispatched(run: Run, tool: str):
+        return lambda: run.steps.filter(tool=tool, phase="dispatched").exists()
+
+    task, run = make(
+        "Remind the overdue customers",
+        "courier",
+        "Send a payment reminder for every overdue invoice.",
+        {
+            "invoices.csv": "invoice,customer,email,amount,status\n"
+            "INV-101,Ana,ana@example.com,EUR 40,overdue\n"
+            "INV-102,Bo,bo@example.com,EUR 75,paid\n"
+            "INV-103,Cy,cy@example.com,EUR 120,overdue\n"
+        },
+    )
+    proc = server.agent(token, "courier", "--slow", "60")
+    try:
+        _wait(dispatched(run, "reminder_send"), "the courier's reminder", proc)
+    finally:
+        server.end(proc, kill=True)  # SIGKILLed while the email may or may not have gone out
+    settle(task)
+    say(task, "pydantic-ai agent killed while sending a reminder (notify): a decision, with its conversation")
+    courier = task
+
+    task, run = make(
+        "Summarise the support tickets",
+        "analyst",
+        "Summarise this week's support tickets.",
+        {"tickets.txt": "Ana: login fails\nBo: export is slow\nAna: password reset mail missing\nCy: sync stalls\n"},
+    )
+    proc = server.agent(token, "analyst", "--slow", "2")
+    try:
+        _wait(dispatched(run, "tickets_tally"), "the analyst's tally", proc)
+        run_request_stop(actor=operator, run=run)  # a person's Stop: the run ends at its next step boundary
+        _wait(lambda: Run.objects.filter(pk=run.pk, status="stopped").exists(), "the analyst to stop", proc)
+        message_save(user=operator, task=task, body="Which customer should support call first?")
+        supervise_once()  # the follow-up is carried by a continuation, which replays the saved turns
+        _wait(lambda: Run.objects.filter(continues=run, status="succeeded").exists(), "the analyst's answer", proc)
+    finally:
+        server.end(proc)
+    say(task, "pydantic-ai agent stopped by a person, given a follow-up: its continuation answers it, done")
+    analyst = task
+
+    task, run = make(
+        "Raise the API rate limits",
+        "deployer",
+        "Raise the rate limits to twice what they are.",
+        {"limits.toml": "[api]\nrequests_per_minute = 600\n"},
+    )
+    proc = server.agent(token, "deployer", "--slow", "60")
+    try:
+        _wait(dispatched(run, "limits_read"), "the deployer's read", proc)
+    finally:
+        server.end(proc, kill=True)  # killed in a call safe to replay: the supervisor continues it by itself...
+    settle(task)
+    proc = server.agent(token, "deployer", "--revised")  # ...and the agent comes back with other instructions
+    try:
+        _wait(lambda: Run.objects.filter(continues=run, status="failed").exists(), "the deployer's replay", proc)
+    finally:
+        server.end(proc)
+    say(task, "pydantic-ai agent redeployed with other instructions after a crash: its replay diverged, a decision")
+    return {"courier": courier, "analyst": analyst, "deployer": task}
 
 
 def run_scenarios(org: Organization, *, stdout=None) -> None:
@@ -322,6 +424,7 @@ def run_scenarios(org: Organization, *, stdout=None) -> None:
 
         # Before the retry below queues a run that the live worker is left to pick up.
         workspace_scenarios(make, work, settle, say, exports=_export_root(org))
+        agent_scenarios(server, token, settle, say, org=org, operator=operator)
 
         task = make(
             "Sync the CRM export",

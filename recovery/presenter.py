@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recovery import classify as c
 from recovery import words
+from recovery.rules import classify as c
 from tasks.batches import NESTED_BASE
 from tasks.workspace import wire
 
@@ -1695,7 +1695,7 @@ def step_files_note(notes: dict | None) -> str:
 
 def workspace_view(state) -> WorkspaceView:
     """The task page's workspace panel: every file with its status, the hold, held copies, the last export."""
-    from recovery.gates import workspace_hold
+    from recovery.rules.gates import workspace_hold
 
     files = [
         FileView(
@@ -1853,7 +1853,7 @@ _SEEN_WORDS = {"state": "state", "run": "latest run", "run_status": "its run"}
 
 
 def bulk_changes(diff) -> str:
-    """What changed between the preview and now (bulk_rules.changes), as one sentence."""
+    """What changed between the preview and now (rules.bulk.changes), as one sentence."""
     parts = []
     fields = {f for f, _, _ in diff}
     for f, then, now in diff:

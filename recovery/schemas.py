@@ -1,6 +1,6 @@
-"""Output serializers of the operator API: what /api/schema/ says `recovery.presenters` returns (API.md).
+"""Output serializers of the operator API: what /api/schema/ says `recovery.api_shapes` returns (API.md).
 
-They describe; the presenters build. schemathesis checks every response against them
+They describe; recovery.api_shapes builds. schemathesis checks every response against them
 (tests/tasks/test_schema_conformance.py), so a field added to a presenter is added here too.
 """
 

@@ -8,10 +8,10 @@ from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, 
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
-from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
 from recovery.modes import Change, changes_of, modes_now, subagent_names
+from recovery.rules.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
+from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.errors import NotFound
 from tasks.holds import Hold
 from tasks.models import (
@@ -85,7 +85,7 @@ def annotate_state(qs):
 
 
 def state_filter(qs, state: str):
-    """The SQL twin of presenters.task_state; keep the two in the same order."""
+    """The SQL twin of api_shapes.task_state; keep the two in the same order."""
     if state == "all":
         return qs
     if state == "cancelled":
@@ -178,7 +178,7 @@ def search_q(q: str) -> Q:
 
 
 def task_queryset(user, *, state: str, q: str):
-    """Visible tasks in `state` (the SQL twin of presenters.task_state) matching the search `q` (`search_q`)."""
+    """Visible tasks in `state` (the SQL twin of api_shapes.task_state) matching the search `q` (`search_q`)."""
     qs = annotate_state(visible_tasks(user))
     qs = state_filter(qs, state)
     q = (q or "").strip()[:MAX_QUERY]

@@ -11,7 +11,7 @@ from recovery.action_log import action_open
 from recovery.models import ActionKind, ActionStatus, AttemptOutcome, RecoveryAttempt
 from recovery.transitions import ACTIONS, ATTEMPTS
 from tasks.models import Run, RunStatus
-from tasks.transitions import Event
+from tasks.transitions import NewEvent
 
 ENDED = {
     RunStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
@@ -41,7 +41,7 @@ def on_run_started(run: Run) -> None:
         resolution="continued",
         closed_at=run.started_at,
         updated_at=run.started_at,
-        event=Event(
+        event=NewEvent(
             "action_resolved",
             "system",
             action.org_id,
@@ -77,7 +77,7 @@ def on_run_ended(run: Run) -> None:
         gate_detail=detail[:300],
         recovery_owner="role:operator",
         updated_at=run.finished_at,
-        event=Event(
+        event=NewEvent(
             "action_admission_refused",
             "system",
             action.org_id,

@@ -14,17 +14,17 @@ from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery import workspaces
 from recovery.action_log import action_open_for
 from recovery.actions import actions_settle, handovers_run
 from recovery.continuations import continuation_create
 from recovery.exports import exports_run
 from recovery.followups import messages_admit
-from recovery.gates import first_closed_gate
 from recovery.models import RecoveryAction
 from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
 from recovery.retention import checkpoints_purge, idempotency_purge, retention
+from recovery.rules import classify as c
+from recovery.rules.gates import first_closed_gate
 from recovery.selectors import admission_facts, awaiting_recovery, diagnose
 from tasks.errors import GateClosed, NotEligible
 from tasks.models import Run, RunStatus, Task, effective_continuation

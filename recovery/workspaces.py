@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from django.db.models import Q
 from django.utils import timezone
 
-from recovery import workspace_diff as wd
-from recovery.classify import WORKSPACE_KINDS
-from recovery.gates import workspace_hold
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, Export, HeldCopy, RecoveryAction, Repair
+from recovery.rules import workspace_diff as wd
+from recovery.rules.classify import WORKSPACE_KINDS
+from recovery.rules.gates import workspace_hold
 from tasks.errors import GateClosed
 from tasks.holds import Hold
 from tasks.models import WORKSPACE_VALIDATION_FAILED, Run, RunStatus, Step, StepPhase, Task, WorkspaceFile

@@ -2,7 +2,7 @@
 AutoSchema that documents every error status an operation can answer (schemathesis checks both against the
 real responses: tests/tasks/test_schema_conformance.py).
 
-These serializers describe responses; the views build the same dicts (tasks/api.py, recovery/presenters.py).
+These serializers describe responses; the views build the same dicts (tasks/api.py, recovery/api_shapes.py).
 """
 
 from drf_spectacular.openapi import AutoSchema

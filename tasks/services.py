@@ -48,7 +48,7 @@ from tasks.models import (
 )
 from tasks.modes import MODEL, PLAN_ONLY_TOOLS, profile_mode
 from tasks.selectors import task_facts, visible_tasks
-from tasks.transitions import MESSAGES, RUNS, STEPS, TASKS, Event, claim_queued_run
+from tasks.transitions import MESSAGES, RUNS, STEPS, TASKS, NewEvent, claim_queued_run
 from tasks.workers import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
@@ -1052,7 +1052,7 @@ def _request_stop(run: Run, *, actor, reason: str) -> bool:
         stop_reason=reason,
         stop_requested_by=actor_label(actor),
         stop_requested_at=timezone.now(),
-        event=Event("run_stop_requested", actor, run.org_id, run.task_id, run.pk, {"reason": reason}),
+        event=NewEvent("run_stop_requested", actor, run.org_id, run.task_id, run.pk, {"reason": reason}),
     )
     if moved:
         run.refresh_from_db(fields=["status", "stop_reason", "stop_requested_by", "stop_requested_at"])
@@ -1077,7 +1077,7 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
         run.pk,
         to,
         expect=expect,
-        event=Event(
+        event=NewEvent(
             kind, actor, run.org_id, run.task_id, run.pk, {"status": to, "continues": run.continues_id, **payload}
         ),
         **fields,

@@ -44,7 +44,9 @@ class IllegalTransition(Exception):
 
 
 @dataclass(frozen=True)
-class Event:
+class NewEvent:
+    """The Event a move appends (tasks.models.Event is the row it becomes)."""
+
     kind: str
     actor: object
     org_id: int
@@ -81,7 +83,7 @@ class Machine:
         expect=None,
         where: dict | None = None,
         strict: bool = True,
-        event: Event | None = None,
+        event: NewEvent | None = None,
         obj: models.Model | None = None,
         **fields,
     ) -> int:

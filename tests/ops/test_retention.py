@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery import classify as c
 from recovery.models import RecoveryAction
+from recovery.rules import classify as c
 from recovery.selectors import diagnose
 from recovery.supervisor import supervise_once
 from tasks.models import Event, IdempotencyRecord, Run, Step

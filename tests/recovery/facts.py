@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from recovery.classify import RunFacts, StepFacts
+from recovery.rules.classify import RunFacts, StepFacts
 
 
 def step(seq, phase="completed", mode="replay", *, tool=None, args=None, **extra) -> StepFacts:

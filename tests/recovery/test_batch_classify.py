@@ -1,8 +1,8 @@
 """classify() of batches (foreach) item by item, the batch wording, and "recovery unavailable". Pure."""
 
-from recovery import batches
-from recovery import classify as c
-from recovery.classify import classify
+from recovery.rules import batches
+from recovery.rules import classify as c
+from recovery.rules.classify import classify
 from tasks.batches import item_args, parse_batch
 from tests.recovery.facts import facts, reason, step
 

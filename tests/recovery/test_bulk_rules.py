@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.bulk_rules import ActionFacts, ItemFacts, Params, ScopeHash, changes, seen, verdict
+from recovery.rules.bulk import ActionFacts, ItemFacts, Params, ScopeHash, changes, seen, verdict
 from tasks.holds import TaskFacts
 
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery import classify as c
-from recovery.classify import RunFacts, StepFacts, classify
+from recovery.rules import classify as c
+from recovery.rules.classify import RunFacts, StepFacts, classify
 from tests.recovery.facts import TOOLS, at, facts, reason, step
 
 

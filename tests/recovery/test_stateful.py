@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from recovery import classify as c
 from recovery.actions import action_cancel, action_decide, action_retry
 from recovery.followups import message_save
-from recovery.gates import first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, RecoveryAction, RecoveryAttempt
+from recovery.rules import classify as c
+from recovery.rules.gates import first_closed_gate
 from recovery.selectors import admission_facts, diagnose
 from recovery.supervisor import runs_awaiting_recovery, supervise_once
 from tasks.errors import Forbidden, NotEligible, ServiceError, StaleLease, StaleVersion, TaskClosed

@@ -1,6 +1,6 @@
-"""The pure rules of recovery/workspace_diff.py, kind by kind (no database, no disk)."""
+"""The pure rules of recovery/rules/workspace_diff.py, kind by kind (no database, no disk)."""
 
-from recovery import workspace_diff as wd
+from recovery.rules import workspace_diff as wd
 
 A, B = "a" * 64, "b" * 64
 

@@ -517,8 +517,8 @@ def test_a_repair_task_returns_the_action_to_its_return_owner_when_done(diverged
     e.finish(e.claim(run))  # an empty plan: the repair task is done
     action.refresh_from_db()
     assert action.recovery_owner == "user:ada" and action.status == "open"
+    from recovery.api_shapes import action_view_of
     from recovery.presenter import plain
-    from recovery.presenters import action_view_of
 
     view = action_view_of(action, user=admin_user)
     assert "is done: this action is back with ada" in plain(view.repair_task)
@@ -659,7 +659,7 @@ def test_a_run_whose_continuation_the_workspace_refused_never_reads_as_continuin
 
 
 def test_a_text_file_under_64_kib_gets_a_diff_and_one_over_it_is_listed_without_one(org, agent):
-    from recovery.workspace_diff import DIFF_LIMIT
+    from recovery.rules.workspace_diff import DIFF_LIMIT
 
     small, large = "a" * 100 + "\n", "b" * (DIFF_LIMIT - 10) + "\n"
     task = e.start(

@@ -15,7 +15,7 @@ from recovery.transitions import ACTIONS, BULK
 from tasks.errors import NotEligible
 from tasks.models import Event, Message, MessageStatus, Run, RunStatus, Task, TaskStatus
 from tasks.transitions import MESSAGES, RUNS, TASKS, IllegalTransition
-from tasks.transitions import Event as TransitionEvent
+from tasks.transitions import NewEvent as TransitionEvent
 from tests.processes import ROOT
 from tests.recovery import engine as e
 

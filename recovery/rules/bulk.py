@@ -11,9 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from recovery import classify as c
-from recovery.classify import WORKSPACE_KINDS
-from recovery.gates import BOUNDS, AdmissionFacts, first_closed_gate
+from recovery.rules import classify as c
+from recovery.rules.classify import WORKSPACE_KINDS
+from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.holds import Hold, TaskFacts, task_hold
 
 ACTIONS = ("retry", "cancel", "pause", "resume", "continue", "decide")

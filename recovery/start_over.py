@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery.gates import AdmissionFacts, first_closed_gate
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
+from recovery.rules.gates import AdmissionFacts, first_closed_gate
 from recovery.transitions import ACTIONS
 from recovery.workspaces import live_action
 from tasks.authz import require_role

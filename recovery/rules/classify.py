@@ -7,7 +7,7 @@ not understand, is `corrupt` and nothing of it is replayed.
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recovery import batches
+from recovery.rules import batches
 from recovery.words import args_text
 from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
@@ -353,7 +353,7 @@ def _judged_batches(verdicts) -> dict[int, list[StepVerdict]]:
 
 
 def batch_states(facts: RunFacts, seq: int, items: list[StepVerdict]) -> list[str]:
-    """One state per item of the batch at step `seq` (recovery.batches)."""
+    """One state per item of the batch at step `seq` (recovery.rules.batches)."""
     step = next((s for s in facts.steps if s.seq == seq and s.parent_seq is None), None)
     batch = _batch(step.args) if step is not None else None
     saved = {item_position(k.seq, seq): batches.item_state(k.verdict, k.reason) for k in items}

@@ -29,7 +29,7 @@ PHRASES = {
 
 
 def item_state(verdict: str, reason: str = "") -> str:
-    """The state of one saved item from its classification verdict (recovery.classify)."""
+    """The state of one saved item from its classification verdict (recovery.rules.classify)."""
     if verdict == "reuse":
         return FAILED if reason == "failed" else REUSED
     return {
