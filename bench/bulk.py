@@ -106,7 +106,7 @@ def measure(n: int) -> dict:
     """Preview and execute one operation over `n` tasks; queries per batch, peak memory, seconds."""
     from django.db import connection, reset_queries
 
-    from recovery.bulk import batch_size, bulk_batch, bulk_execute, bulk_preview
+    from recovery.bulk.operations import batch_size, bulk_batch, bulk_execute, bulk_preview
     from recovery.models import BulkItem
 
     org, user = _seed(n)

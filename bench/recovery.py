@@ -86,7 +86,7 @@ class Supervisor(threading.Thread):
     def run(self):
         from django.db import connections
 
-        from recovery.supervisor import supervise_once
+        from recovery.supervisor.loop import supervise_once
 
         try:
             while not self.halt.is_set():

@@ -32,7 +32,7 @@ CREATORS = {
     "recovery/actions.py",
     "recovery/continuations.py",
     "recovery/followups.py",
-    "recovery/repairs.py",
+    "recovery/workspaces/repairs.py",
 }
 WRITES = ("update", "bulk_update", "update_or_create")
 CREATES = ("create", "get_or_create")

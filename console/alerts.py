@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
 from recovery.models import SupervisorProcess
-from recovery.passes import supervisor_alive
+from recovery.supervisor.passes import supervisor_alive
 from tasks.models import Organization, Run, RunStatus, WorkerInstance
 from tasks.selectors import memberships_of
 

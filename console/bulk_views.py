@@ -1,6 +1,6 @@
 """Bulk pages (DESIGN §12): the preview a person confirms, its progress and ledger, the history.
 
-Thin: parse, call one service of recovery.bulk, redirect or render. The
+Thin: parse, call one service of recovery.bulk.operations, redirect or render. The
 detail page's status card and ledger are the partials its websocket pushes.
 """
 
@@ -17,8 +17,9 @@ from django.views.decorators.http import require_POST
 from console import triage_views
 from console.live import last_event_id
 from console.views import bad_request, refused
-from recovery import bulk, presenter
-from recovery.bulk_selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
+from recovery import presenter
+from recovery.bulk import operations as bulk
+from recovery.bulk.selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.selectors import primary_membership

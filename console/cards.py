@@ -432,7 +432,7 @@ def render_chain_recovery(task: Task, task_runs: dict[int, Run], *, request=None
 
 def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
     """The task page's workspace panel: every file with its status now, the hold, held copies, the last export."""
-    from recovery.workspaces import workspace_state
+    from recovery.workspaces.validation import workspace_state
 
     ctx = {"task": task, "view": presenter.workspace_view(workspace_state(task)), "oob": oob}
     return render_to_string("console/cards/workspace.html#panel", ctx, request=request)

@@ -227,7 +227,7 @@ def nav_count(user) -> str:
 def bulk_snapshot(user, op_id: int, filters: dict) -> str:
     """A bulk operation's progress and the ledger page the viewer has open, from saved state."""
     from console import bulk_views
-    from recovery.bulk_selectors import operation
+    from recovery.bulk.selectors import operation
 
     try:
         op = operation(user, op_id)

@@ -5,7 +5,7 @@ Two sources:
   status and live recovery actions by kind with the oldest one's age, per
   organization; worker instances alive; each supervisor process's pass counter,
   pass-duration histogram and failed duties (recorded by the supervisor,
-  recovery/passes.py);
+  recovery/supervisor/passes.py);
 - this web process: the commit → push latency of its event relay. Scrape every
   web process (not one behind the load balancer) to see them all.
 
@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Histogram, exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction, SupervisorProcess
-from recovery.passes import DURATION_BUCKETS, expected_interval, supervisor_alive
+from recovery.supervisor.passes import DURATION_BUCKETS, expected_interval, supervisor_alive
 from tasks.models import Run, RunStatus, WorkerInstance
 from tasks.workers import stale_after
 

@@ -24,7 +24,7 @@ from console import metrics
 from console.alerts import alerts_for
 from console.relay import relay
 from recovery.models import SupervisorProcess
-from recovery.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
+from recovery.supervisor.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
 from tasks.api import BaseAPIView
 from tasks.auth import IsPerson
 from tasks.models import ApiToken, Membership, Role

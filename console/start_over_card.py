@@ -1,7 +1,7 @@
 """The task header's Start over control: whether it is offered, and the duplicate risk it must name."""
 
 from recovery.start_over import duplicate_risk
-from recovery.workspaces import WORKSPACE_KINDS
+from recovery.workspaces.validation import WORKSPACE_KINDS
 from tasks.models import LIVE_RUN_STATUSES, Task
 
 

@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularJSONAPIView
 
 from console import accounts, bulk_views, ops, triage_views, views
 from recovery import api as recovery_api
-from recovery import bulk_api
+from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
 
 api = [

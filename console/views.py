@@ -15,11 +15,13 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from console import agent_settings, cards
 from console.live import last_event_id
 from recovery import actions as recovery_actions
-from recovery import controls, followups, presenter, repairs, workspaces
+from recovery import controls, followups, presenter
 from recovery.models import RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_detail
 from recovery.start_over import task_start_over as start_over
+from recovery.workspaces import repairs
+from recovery.workspaces import validation as workspaces
 from tasks import accounts, export_roots, services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError

@@ -3,8 +3,8 @@
 Every change to an action goes through `action_move`: the status table in `recovery.transitions`, the compare-and-set
 on the `version` the writer read, and the event that records the change, in the caller's transaction. Opening is
 `action_open` (the partial unique index settles two openers). The commands people and the supervisor take on actions
-(`recovery.actions`, `recovery.repairs`, `recovery.settle`, `recovery.exports`, `recovery.continuations`) build on
-these; nothing else writes an action.
+(`recovery.actions`, `recovery.workspaces.repairs`, `recovery.settle`, `recovery.workspaces.exports`,
+`recovery.continuations`) build on these; nothing else writes an action.
 """
 
 from datetime import timedelta

@@ -11,7 +11,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from recovery import workspaces
 from recovery.action_log import (
     action_check_version,
     action_event,
@@ -29,6 +28,7 @@ from recovery.models import (
 )
 from recovery.rules import classify as c
 from recovery.selectors import current_gate, diagnose
+from recovery.workspaces import validation as workspaces
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, StaleVersion
 from tasks.events import event_append

@@ -4,9 +4,11 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import actions, controls, followups, presenter, repairs, schemas, selectors, start_over, workspaces
+from recovery import actions, controls, followups, presenter, schemas, selectors, start_over
 from recovery.api_shapes import action_data, attempt_data, run_data, task_data
 from recovery.modes import current_modes
+from recovery.workspaces import repairs
+from recovery.workspaces import validation as workspaces
 from tasks import services, throttles
 from tasks.api import BaseAPIView, idempotent, int_param, message_data, page_limit, paginate
 from tasks.auth import IsPerson

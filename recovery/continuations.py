@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import workspaces
 from recovery.action_log import action_open
 from recovery.models import ActionKind
 from recovery.presenter import notice_text, run_status_phrase
 from recovery.rules import classify as c
 from recovery.selectors import diagnose, run_facts
+from recovery.workspaces import validation as workspaces
 from tasks.batches import FOREACH, parent_of
 from tasks.errors import NotEligible
 from tasks.events import event_append
@@ -144,7 +144,7 @@ def continuation_create(
     does not carry (cut off in replay mode, never dispatched, decided not performed) are the agent's to plan
     again (`carry["rerun"]`).
 
-    Before it is admitted the workspace is validated (recovery.workspaces): when
+    Before it is admitted the workspace is validated (recovery.workspaces.validation): when
     the disk differs from the manifest, the returned run is the refused one —
     already `failed` with `workspace_validation_failed`, never started, with a
     `workspace_validation` action listing each file — and nothing is continued

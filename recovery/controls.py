@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import presenter, workspaces
+from recovery import presenter
 from recovery.action_log import action_open, action_open_for
 from recovery.actions import action_retire
 from recovery.continuations import continuation_blocked, continuation_create, source_diagnosis
@@ -20,6 +20,7 @@ from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, Reco
 from recovery.rules import classify as c
 from recovery.rules.gates import BOUNDS, first_closed_gate
 from recovery.selectors import admission_facts, continuation_source
+from recovery.workspaces import validation as workspaces
 from tasks.authz import require_role
 from tasks.batches import item_position, parent_of
 from tasks.errors import DependencyCycle, GateClosed, Invalid, NeedsDecision, NotEligible, NotFound
@@ -337,7 +338,7 @@ def task_close(*, user, task_id: int, resolution: str, reason: str) -> Task:
     if undelivered:
         _event(task, "messages_not_delivered", user, messages=undelivered, reason="task closed")
     if resolution == TaskStatus.DONE:
-        from recovery.repairs import repair_task_done
+        from recovery.workspaces.repairs import repair_task_done
 
         repair_task_done(task.pk, actor=user)
     task.refresh_from_db()

@@ -20,11 +20,11 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from recovery.actions import action_retry
-from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
 from recovery.followups import message_save
 from recovery.models import RecoveryAction
-from recovery.passes import default_label, supervisor_stopped
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
+from recovery.supervisor.passes import default_label, supervisor_stopped
 from tasks.accounts import agent_add, member_add, org_create, token_issue
 from tasks.export_roots import export_root_add
 from tasks.models import ExportRoot, Organization, Run, Task

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from recovery import presenter, workspaces
+from recovery import presenter
 from recovery.action_log import action_open_for
 from recovery.continuations import Blocked, continuation_blocked, continuation_create
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.selectors import continuation_source
+from recovery.workspaces import validation as workspaces
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, TaskClosed
 from tasks.events import event_append

@@ -255,7 +255,7 @@ class BulkStatus(models.TextChoices):
 class BulkOperation(models.Model):
     """One action on a frozen scope of tasks: the exact ids (and what each looked like) a person previewed.
 
-    Executed item by item by the supervisor (recovery/bulk.py), each item through
+    Executed item by item by the supervisor (recovery/bulk/operations.py), each item through
     the service a single click uses. Its status moves only through
     `recovery.transitions.BULK`.
     """

@@ -1648,7 +1648,7 @@ def _kept_note(f) -> str:
 
 
 def walk_note(bounds: dict) -> str:
-    """What a walk of a workspace did not reach, in words (recovery.workspaces.walk_bounds)."""
+    """What a walk of a workspace did not reach, in words (recovery.workspaces.validation.walk_bounds)."""
     said = []
     walk = bounds.get("walk")
     if walk:

@@ -56,7 +56,7 @@ def on_run_ended(run: Run) -> None:
     if run.status == RunStatus.FAILED and run.error_code == "diverged" and run.diverged:
         _open_diverged(run)
     if run.status == RunStatus.SUCCEEDED:
-        from recovery.repairs import repair_task_done
+        from recovery.workspaces.repairs import repair_task_done
 
         # A repair task that succeeded hands its workspace action back to the return owner.
         repair_task_done(run.task_id)

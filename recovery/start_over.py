@@ -21,7 +21,7 @@ from django.utils import timezone
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.rules.gates import AdmissionFacts, first_closed_gate
 from recovery.transitions import ACTIONS
-from recovery.workspaces import live_action
+from recovery.workspaces.validation import live_action
 from tasks.authz import require_role
 from tasks.batches import item_position
 from tasks.errors import GateClosed, NotEligible, NotFound

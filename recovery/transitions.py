@@ -60,7 +60,7 @@ ATTEMPTS = Machine(
     field="outcome",
 )
 
-# A bulk item's result (recovery.bulk): pending → applied | skipped | failed, written once.
+# A bulk item's result (recovery.bulk.operations): pending → applied | skipped | failed, written once.
 BULK_ITEMS = Machine(
     BulkItem,
     {BulkResult.PENDING: frozenset({BulkResult.APPLIED, BulkResult.SKIPPED, BulkResult.FAILED})},

@@ -65,7 +65,7 @@ def idempotent(request, handler, *, run_of=None) -> Response:
 
     The record names the run its response is about — the path's `run_id`, or
     `run_of(response data)` (a claim) — so purging that run's checkpoint
-    purges the record too (recovery/retention.py).
+    purges the record too (recovery/supervisor/retention.py).
     """
     key = request.headers.get("Idempotency-Key")
     if not key:

@@ -54,7 +54,7 @@ KINDS: dict[str, str] = {
     "messages_returned": "follow-ups a run did not read wait again for the next run",
     "messages_requeued": "an operator asked for follow-ups to be delivered again",
     "messages_not_delivered": "follow-ups were marked not delivered (their task closed)",
-    # recovery actions (recovery/action_log.py, recovery/actions.py, recovery/repairs.py, recovery/settle.py)
+    # recovery actions (recovery/action_log.py, recovery/actions.py, recovery/workspaces/repairs.py, recovery/settle.py)
     "action_opened": "a recovery action was opened",
     "action_decided": "a person decided an unknown outcome",
     "action_retry_requested": "a person asked for another attempt",
@@ -66,10 +66,10 @@ KINDS: dict[str, str] = {
     "action_repaired": "an admin ran a workspace repair",
     "action_repair_task_opened": "an admin opened a repair task for a workspace action",
     "action_returned": "a workspace action returned to its owner when its repair task was done",
-    # workspaces (recovery/exports.py)
+    # workspaces (recovery/workspaces/exports.py)
     "workspace_exported": "a run's workspace was copied to its export destination",
     "workspace_export_failed": "copying a run's workspace to its export destination failed",
-    # bulk operations (recovery/bulk.py)
+    # bulk operations (recovery/bulk/operations.py)
     "bulk_previewed": "a bulk operation's scope was frozen for preview",
     "bulk_started": "a bulk operation started",
     "bulk_progress": "a bulk operation's progress",

@@ -443,8 +443,8 @@ class IdempotencyRecord(models.Model):
     """The first response to a mutation carrying an Idempotency-Key.
 
     A response may hold what retention purges (a claim's saved results and follow-ups, a run's steps), so
-    records expire with the checkpoint retention (recovery/retention.py), and the records of a run go when its
-    checkpoint is purged, whichever comes first.
+    records expire with the checkpoint retention (recovery/supervisor/retention.py), and the records of a run go
+    when its checkpoint is purged, whichever comes first.
     """
 
     principal = models.CharField(max_length=200)

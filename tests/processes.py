@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """Pure: a workspace's manifest and what is on disk in; the differences, a reconcile plan and a text diff out.
 
-No ORM and no disk here (recovery/workspaces.py reads both), so every rule is
+No ORM and no disk here (recovery/workspaces/validation.py reads both), so every rule is
 a plain function of plain data, for every kind of entry:
 
 - a regular file is `same` when its size, times and inode match the record

@@ -130,7 +130,7 @@ def agent_scenario(org) -> tuple[int, int]:
 def bulk_scenario(admin, task_ids: list[int]) -> tuple[int, int]:
     """A preview waiting for its confirmation, and an operation run to its end (every item skipped: nothing here
     is paused, so the other pages keep their states)."""
-    from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+    from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
 
     pending = bulk_preview(user=admin, action="pause", ids=task_ids)
     done = bulk_preview(user=admin, action="resume", ids=task_ids)
@@ -145,8 +145,8 @@ def workspace_scenario(org, admin):
     from pathlib import Path
 
     from recovery.models import RecoveryAction
-    from recovery.repairs import action_repair
-    from recovery.supervisor import supervise_once
+    from recovery.supervisor.loop import supervise_once
+    from recovery.workspaces.repairs import action_repair
     from tasks.models import ExportRoot, Task
     from tests.recovery import engine as e
     from tests.recovery.workdisk import crash_at, edit_by_hand, finish_all, validation_action

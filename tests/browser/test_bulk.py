@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from recovery.actions import action_cancel, action_decide
-from recovery.bulk import bulk_advance, bulk_batch
+from recovery.bulk.operations import bulk_advance, bulk_batch
 from recovery.models import BulkItem, BulkOperation, RecoveryAttempt
 from tests.browser.pages import expect_live, no_horizontal_overflow
 from tests.console.scenarios import running_task

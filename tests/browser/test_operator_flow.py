@@ -9,7 +9,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step
 from tasks.services import task_create
 from tests.browser.pages import board_row_pushed, expect_live, reload_until

@@ -3,7 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.browser.pages import expect_live
 from tests.recovery import engine as e
 from tests.recovery.workdisk import crash_at, edit_by_hand, validation_action

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.agents_api import Agent, model_args, prompt_task
 from tests.recovery import engine
 

@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Task, Worker
 from tasks.services import leases_expire, run_claim, step_complete, step_dispatch, step_plan, task_create
 from tests.factories import worker_token

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from recovery import presenter
-from recovery.bulk import bulk_advance, bulk_batch, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_batch, bulk_execute, bulk_preview
 from recovery.models import BulkOperation, RecoveryAction
 from tasks.accounts import member_add
 from tasks.models import Task

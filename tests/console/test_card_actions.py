@@ -7,7 +7,7 @@ import pytest
 
 from recovery.actions import action_decide
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Task
 from tasks.services import run_claim, task_create, task_pause
 from tests.console.scenarios import (

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from recovery.actions import action_decide, actions_settle
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from recovery.triage import BoardFilter, board_count
 from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from recovery.bulk import bulk_preview
+from recovery.bulk.operations import bulk_preview
 from recovery.models import SavedView
 from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
@@ -432,7 +432,7 @@ GRANT = expect(401, 403, 403, 202, 404, NA, 403)
 def bypass(org, other_org, agent, viewer, operator, admin_user):
     from recovery.actions import action_cancel
     from recovery.models import RecoveryAction
-    from recovery.supervisor import supervise_once
+    from recovery.supervisor.loop import supervise_once
     from tasks.models import Run
     from tests.recovery import engine as e
 

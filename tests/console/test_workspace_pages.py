@@ -3,7 +3,7 @@
 import pytest
 
 from console import live
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.helpers import outer_html, visible_text
 from tests.recovery import engine as e
 from tests.recovery.workdisk import crash_at, edit_by_hand, validation_action
@@ -103,7 +103,7 @@ def test_a_push_redraws_the_panel_the_card_and_the_run_page_section(diverged, ad
     refused = action.run
     assert "workspace" in live.parts_for({"action_resolved"}) and "workspace" in live.parts_for({"step_completed"})
     assert "workspace" not in live.parts_for({"step_dispatched"})
-    from recovery.repairs import action_repair
+    from recovery.workspaces.repairs import action_repair
 
     action_repair(action_id=action.pk, user=admin_user, version=action.version, repair="reissue", run=refused.pk)
     pushed = live.task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_resolved"})
@@ -116,7 +116,7 @@ def test_a_push_redraws_the_panel_the_card_and_the_run_page_section(diverged, ad
 
 def test_the_held_copy_page_lists_what_it_keeps(diverged, client, admin_user):
     task, _, action = diverged
-    from recovery.repairs import action_repair
+    from recovery.workspaces.repairs import action_repair
 
     action_repair(action_id=action.pk, user=admin_user, version=action.version, repair="reconcile")
     client.force_login(admin_user)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from console import live
 from console.asgi import application
 from console.relay import relay
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.accounts import member_remove
 from tasks.models import Run
 from tasks.services import leases_expire, task_create, task_pause, task_resume

@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from recovery.actions import action_decide
-from recovery.bulk import bulk_advance, bulk_batch, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_batch, bulk_execute, bulk_preview
 from tests.helpers import outer_html
 from tests.live.test_consumers import (  # noqa: F401 (fixture)
     close_code,

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
 from recovery.models import BulkItem, BulkOperation, RecoveryAction, RecoveryAttempt
 from tasks.accounts import member_add
 from tasks.models import Event, Run

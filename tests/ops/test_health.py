@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from console.relay import relay
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.processes import Server, free_port, wait_for
 
 pytestmark = pytest.mark.django_db

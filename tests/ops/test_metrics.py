@@ -4,7 +4,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.factories import make_agent, make_member, user_token, worker_token
 from tests.live.wsclient import LiveSocket
 from tests.ops.metric_samples import samples

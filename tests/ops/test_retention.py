@@ -8,7 +8,7 @@ from django.utils import timezone
 from recovery.models import RecoveryAction
 from recovery.rules import classify as c
 from recovery.selectors import diagnose
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, IdempotencyRecord, Run, Step
 from tasks.services import task_pause, task_resume
 from tests.processes import manage

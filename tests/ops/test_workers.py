@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from recovery.models import SupervisorPass, SupervisorProcess
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Event, Run, WorkerInstance
 from tests.factories import make_agent, make_member

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from console.ops_live import WorkersConsumer
 from recovery.models import SupervisorProcess
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import WorkerInstance
 from tests.factories import make_member

@@ -1,7 +1,7 @@
 """Shared by test modules (from test_agent_recovery.py): no test module imports another."""
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tests.agents_api import Agent, prompt_task
 from tests.recovery import engine
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Event, Run, Step, Task, Worker
 from tests.factories import worker_token

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Event, Run, Step, Task
 from tests.factories import make_agent, make_member, user_token

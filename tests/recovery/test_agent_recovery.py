@@ -8,7 +8,7 @@ from django.test import Client
 
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.modes import profile_update
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step
 from tests.agents_api import Agent, model_args, prompt_task
 from tests.factories import make_agent

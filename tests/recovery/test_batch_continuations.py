@@ -4,7 +4,7 @@ import pytest
 
 from recovery.actions import action_decide, action_retry
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.errors import NotEligible
 from tasks.models import Run, Step
 from tests.recovery import engine

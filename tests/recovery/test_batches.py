@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import AgentProfile, Run, Step
 from tasks.services import task_create
 from tests.factories import worker_token

@@ -34,7 +34,7 @@ def test_an_oversized_result_disables_recovery_for_the_run_and_says_why(org, age
     engine.dispatch_step(run, 2)
 
     engine.lapse()
-    from recovery.supervisor import supervise_once
+    from recovery.supervisor.loop import supervise_once
 
     supervise_once()
     action = RecoveryAction.objects.get(task=task)

@@ -4,7 +4,14 @@ import pytest
 from django.db import transaction
 
 from recovery.actions import action_decide
-from recovery.bulk import bulk_advance, bulk_batch, bulk_cancel, bulk_execute, bulk_preview, bulk_retry_failed
+from recovery.bulk.operations import (
+    bulk_advance,
+    bulk_batch,
+    bulk_cancel,
+    bulk_execute,
+    bulk_preview,
+    bulk_retry_failed,
+)
 from recovery.models import BulkItem, BulkOperation, RecoveryAction, RecoveryAttempt
 from tasks.accounts import member_add
 from tasks.errors import Forbidden, Invalid, NotEligible, NotFound, ScopeChanged
@@ -258,7 +265,7 @@ def test_decide_not_performed_in_bulk_reruns_the_step_only_with_consent(org, age
 def test_cancel_in_bulk_then_continue_in_bulk_continues_each_safe_run_once_and_asks_for_the_undecided_one(
     org, agent, operator
 ):
-    from recovery.supervisor import supervise_once
+    from recovery.supervisor.loop import supervise_once
     from tests.factories import make_agent
     from tests.recovery import engine as e
 

@@ -4,7 +4,7 @@ refused with the reason, and the task's card says who handed it over."""
 import pytest
 from django.test import Client
 
-from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
 from recovery.models import BulkItem, RecoveryAction, RecoveryAttempt
 from tests.agents_api import Agent
 from tests.factories import make_agent

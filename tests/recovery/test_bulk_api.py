@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recovery.bulk import bulk_advance
+from recovery.bulk.operations import bulk_advance
 from recovery.models import BulkItem, BulkOperation
 from tests.conftest import token_client
 from tests.factories import make_agent, make_member, user_token

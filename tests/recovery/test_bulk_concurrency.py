@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
 from recovery.models import BulkItem, RecoveryAttempt
 from tasks.models import Event, Run
 from tests.recovery.bulk_scenarios import unknown_outcomes

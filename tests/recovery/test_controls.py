@@ -4,7 +4,7 @@ import pytest
 
 from recovery.actions import action_cancel
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Message, Run, Task
 from tasks.services import run_request_stop
 from tests.factories import make_agent, make_member, user_token
@@ -256,7 +256,7 @@ def test_an_exhausted_step_admits_another_attempt_only_by_the_admins_grant_the_c
 
 
 def test_bulk_continue_respects_the_bound_and_says_which_gate_and_who_lifts_it(org, agent, operator):
-    from recovery.bulk import bulk_advance, bulk_execute, bulk_preview
+    from recovery.bulk.operations import bulk_advance, bulk_execute, bulk_preview
     from recovery.models import BulkItem
 
     _, action = exhausted_chain(org)

@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step, Task
 from tasks.services import task_create
 from tests.factories import make_agent, user_token, worker_token

@@ -13,9 +13,9 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from recovery import exports
 from recovery.models import Export
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
+from recovery.workspaces import exports
 from tasks.models import Event, Run
 from tests.processes import ROOT, child_env, wait_for
 from tests.recovery import engine as e

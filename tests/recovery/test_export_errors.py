@@ -2,7 +2,7 @@
 
 import os
 
-from recovery.exports import os_error_words
+from recovery.workspaces.exports import os_error_words
 
 
 def raised(fn) -> OSError:

@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from recovery.models import Export, RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import ExportRoot, Task
 from tests.factories import make_member, user_token
 from tests.recovery import engine as e

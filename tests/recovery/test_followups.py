@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Message, Run, Step
 from tasks.services import run_request_stop, task_create, task_pause, task_resume
 from tests.factories import worker_token

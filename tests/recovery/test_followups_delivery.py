@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from recovery.followups import message_save
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Message, Run, Task
 from tests.helpers import visible_text
 from tests.recovery import engine as e

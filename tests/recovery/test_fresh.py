@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Run, Step
 from tasks.services import task_create
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action

@@ -11,7 +11,7 @@ from django.test import Client
 from recovery.action_log import action_open
 from recovery.models import RecoveryAction, RecoveryAttempt
 from recovery.selectors import current_gate
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Run, Task
 from tests.factories import make_agent, user_token

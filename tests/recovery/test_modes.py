@@ -5,7 +5,7 @@ import pytest
 from recovery.models import RecoveryAction
 from recovery.modes import REPLAY_RISK, Change, ConfirmationRequired, changes_of, profile_changes, profile_update
 from recovery.selectors import diagnose, profile_history
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.errors import Invalid, StaleVersion
 from tasks.models import AgentProfile, Event, Run, Step
 from tests.factories import make_agent, make_member

@@ -35,7 +35,7 @@ from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, Reco
 from recovery.rules import classify as c
 from recovery.rules.gates import first_closed_gate
 from recovery.selectors import admission_facts, diagnose
-from recovery.supervisor import runs_awaiting_recovery, supervise_once
+from recovery.supervisor.loop import runs_awaiting_recovery, supervise_once
 from tasks.errors import Forbidden, NotEligible, ServiceError, StaleLease, StaleVersion, TaskClosed
 from tasks.holds import task_hold
 from tasks.models import LEASED_RUN_STATUSES, LIVE_RUN_STATUSES, Event, Message, Run, RunStatus, Step, Task, Worker

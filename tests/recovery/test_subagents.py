@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.accounts import agent_add
 from tasks.models import AgentProfile, Run, Step
 from tasks.services import task_create

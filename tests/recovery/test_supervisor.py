@@ -8,7 +8,7 @@ from django.db import connections
 from django.db.models import F
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Event, Run, Step, Task
 from tests.factories import make_agent
 from tests.recovery import engine as e

@@ -4,7 +4,7 @@ import pytest
 
 from recovery.demo import DEMO_LEASE_SECONDS, EmbeddedServer, _plan, _settle, workspace_scenarios
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Task
 from tasks.services import task_create
 from tests.factories import worker_token

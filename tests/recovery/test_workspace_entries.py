@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from recovery_console.reference.tools import ToolContext, run_tool
 from tasks import services
 from tasks.models import Run, Step, Task, WorkspaceFile

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step
 from tasks.services import task_create
 from tests.conftest import token_client

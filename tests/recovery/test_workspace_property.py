@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from recovery.models import HeldCopy, RecoveryAction
-from recovery.repairs import action_repair
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
+from recovery.workspaces.repairs import action_repair
 from tasks.errors import NotEligible
 from tasks.models import ExportRoot, Task
 from tests.factories import make_agent, make_org

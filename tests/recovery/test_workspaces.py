@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from recovery.models import Export, HeldCopy, RecoveryAction, Repair
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step, Task, WorkspaceFile
 from tests.conftest import token_client
 from tests.factories import user_token

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from recovery_console.reference.tools import ToolContext, changed_files, run_tool
 from tasks import services
 from tasks.models import Run, Task

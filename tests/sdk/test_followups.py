@@ -3,7 +3,7 @@ says "read" only once the agent acknowledged them."""
 
 import pytest
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step
 from tasks.services import run_request_stop
 from tests.processes import wait_for

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from recovery.models import RecoveryAction
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Run, Step
 from tasks.services import run_request_stop
 from tests.processes import wait_for

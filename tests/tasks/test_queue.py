@@ -4,7 +4,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Event, Run, Task, WorkerInstance
 from tasks.transitions import claim_sql

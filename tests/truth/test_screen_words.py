@@ -14,7 +14,7 @@ from recovery.actions import action_cancel, action_decide, action_retry
 from recovery.controls import task_continue
 from recovery.followups import message_save
 from recovery.models import RecoveryAction, RecoveryAttempt
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from tasks.models import Message, Run, Task
 from tasks.services import run_request_stop
 from tests.factories import make_agent, user_token

@@ -7,7 +7,7 @@ from recovery.actions import action_cancel
 from recovery.controls import task_close, task_dependencies
 from recovery.models import RecoveryAction
 from recovery.selectors import task_queryset
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from recovery.triage import STATES
 from tasks.models import Run
 from tasks.services import run_request_stop, task_pause

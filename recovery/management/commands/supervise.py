@@ -7,17 +7,17 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from recovery.bulk import bulk_advance
-from recovery.exports import exports_run
-from recovery.passes import default_label, supervisor_stopped
-from recovery.supervisor import duty_failed, supervise_once
+from recovery.bulk.operations import bulk_advance
+from recovery.supervisor.loop import duty_failed, supervise_once
+from recovery.supervisor.passes import default_label, supervisor_stopped
+from recovery.workspaces.exports import exports_run
 
 # Between passes the loop looks for started bulk operations this often, and works on them for at most
 # BULK_BUDGET seconds at a time, so a pass is never held up for long and an operation starts within a tick.
 BULK_EVERY = 0.5
 BULK_BUDGET = 2.0
 
-log = logging.getLogger("recovery.supervisor")
+log = logging.getLogger("recovery.supervisor.loop")
 
 
 def bulk_turn(budget: float, label: str) -> None:

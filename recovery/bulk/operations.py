@@ -35,12 +35,13 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery import actions as recovery_actions
-from recovery import controls, presenter, triage, workspaces
-from recovery.bulk_selectors import item_facts, operation
+from recovery import controls, presenter, triage
+from recovery.bulk.selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
 from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.transitions import BULK, BULK_ITEMS
-from recovery.workspaces import WorkspaceHeld
+from recovery.workspaces import validation as workspaces
+from recovery.workspaces.validation import WorkspaceHeld
 from tasks import services
 from tasks.authz import require_role
 from tasks.errors import (
@@ -59,7 +60,7 @@ from tasks.selectors import memberships_forget, primary_membership, visible_task
 from tasks.services import actor_label
 from tasks.transitions import NewEvent
 
-log = logging.getLogger("recovery.bulk")
+log = logging.getLogger("recovery.bulk.operations")
 
 CHUNK = 500  # tasks judged per query round at the preview
 SAMPLE = 10

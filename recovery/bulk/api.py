@@ -4,8 +4,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import bulk, presenter
-from recovery.bulk_selectors import counts_of, expired, history_page, ledger, operation
+from recovery import presenter
+from recovery.bulk import operations as bulk
+from recovery.bulk.selectors import counts_of, expired, history_page, ledger, operation
 from recovery.models import BulkItem, BulkOperation, BulkStatus
 from recovery.rules.bulk import ACTIONS
 from tasks.api import BaseAPIView, idempotent, int_param, iso, page_limit, paginate

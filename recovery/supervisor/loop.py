@@ -14,25 +14,25 @@ from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from recovery import workspaces
 from recovery.action_log import action_open_for
 from recovery.actions import actions_settle, handovers_run
 from recovery.continuations import continuation_create
-from recovery.exports import exports_run
 from recovery.followups import messages_admit
 from recovery.models import RecoveryAction
-from recovery.passes import PASS_HISTORY, default_label, pass_record, passes_prune
-from recovery.retention import checkpoints_purge, idempotency_purge, retention
 from recovery.rules import classify as c
 from recovery.rules.gates import first_closed_gate
 from recovery.selectors import admission_facts, awaiting_recovery, diagnose
+from recovery.supervisor.passes import PASS_HISTORY, default_label, pass_record, passes_prune
+from recovery.supervisor.retention import checkpoints_purge, idempotency_purge, retention
+from recovery.workspaces import validation as workspaces
+from recovery.workspaces.exports import exports_run
 from tasks.errors import GateClosed, NotEligible
 from tasks.models import Run, RunStatus, Task, effective_continuation
 from tasks.services import leases_expire
 from tasks.workers import instances_prune
 from tasks.workspace import Budget
 
-log = logging.getLogger("recovery.supervisor")
+log = logging.getLogger("recovery.supervisor.loop")
 
 
 @dataclass
@@ -117,7 +117,7 @@ def supervise_once(*, label: str = "", interval: float | None = None, exports: b
     purge expired checkpoints and idempotency records.
 
     Never raises for a failing duty (see `_duty`). Each pass is counted for the supervisor process `label`
-    (recovery/passes.py), with the duties that failed in it. `exports=False` leaves exports to the caller:
+    (recovery/supervisor/passes.py), with the duties that failed in it. `exports=False` leaves exports to the caller:
     `manage.py supervise` copies them in a thread of their own, so a large workspace never delays a pass.
     """
     label = label or default_label()

@@ -2,7 +2,7 @@
 
 A supervisor duty (`exports_run`), once per succeeded run; a failure opens a
 `workspace_export` action with the error, and an admin's Retry export
-(recovery/repairs.py) copies again once the cause is fixed.
+(recovery/workspaces/repairs.py) copies again once the cause is fixed.
 
 Nothing at the destination is lost: a file with the same content is left as
 it is; a file with other content is first kept as a held copy of the task,

@@ -28,11 +28,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import workspaces as ws
 from recovery.action_log import action_change, action_check_version, action_locked, action_move
-from recovery.exports import export_run
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, HeldCopy, RecoveryAction, Repair
 from recovery.rules import workspace_diff as wd
+from recovery.workspaces import validation as ws
+from recovery.workspaces.exports import export_run
 from tasks import services
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion

@@ -9,7 +9,7 @@ admitted: its run is created and ends `failed` with
 file. That is committed (the caller returns the refused run instead of
 raising): the difference is a fact to keep, not an error to roll back. While a
 workspace action is live, every continuation and follow-up waits with the
-"workspace hold", lifted by an admin's repair (recovery/repairs.py).
+"workspace hold", lifted by an admin's repair (recovery/workspaces/repairs.py).
 
 Also here: the reads the task page and the API show (every file with its
 status, held copies, the last export).
