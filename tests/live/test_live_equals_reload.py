@@ -24,9 +24,9 @@ from recovery.actions import action_cancel, action_decide, action_retry
 from recovery.controls import task_close, task_continue, task_dependencies, task_reopen
 from recovery.followups import message_save
 from recovery.models import RecoveryAction
-from recovery.repairs import action_repair
 from recovery.start_over import task_start_over
 from recovery.supervisor import supervise_once
+from recovery.workspaces.repairs import action_repair
 from tasks.models import Event, Message, Run, Task
 from tasks.services import messages_ack, run_heartbeat, run_request_stop, task_pause, task_resume
 from tests.factories import make_agent
