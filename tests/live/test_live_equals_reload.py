@@ -25,7 +25,7 @@ from recovery.controls import task_close, task_continue, task_dependencies, task
 from recovery.followups import message_save
 from recovery.models import RecoveryAction
 from recovery.start_over import task_start_over
-from recovery.supervisor import supervise_once
+from recovery.supervisor.loop import supervise_once
 from recovery.workspaces.repairs import action_repair
 from tasks.models import Event, Message, Run, Task
 from tasks.services import messages_ack, run_heartbeat, run_request_stop, task_pause, task_resume
