@@ -246,6 +246,20 @@ def render_run_card(
     return render_to_string("console/cards/run.html#card", ctx, request=request)
 
 
+def run_page_context(run: Run, ctx: dict) -> dict:
+    """What a run page shows around its card (lineage, diagnosis), from the card's own context."""
+    keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
+    return {"run": run, **{k: ctx[k] for k in keys}}
+
+
+def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    """A run page's lineage and diagnosis, as the page draws them: a push redraws them with the card."""
+    ctx = {**run_page_context(run, run_context(run, task_runs, user)), "oob": oob}
+    return render_to_string("console/run.html#lineage", ctx, request=request) + render_to_string(
+        "console/run.html#diagnosis", ctx, request=request
+    )
+
+
 def conversation_context(run: Run, task_runs: dict[int, Run]) -> dict:
     """An agent run as its conversation (recovery.conversation), from the task's loaded runs: no query."""
     diagnosis = diagnose(run, run.step_list, task_runs=task_runs) if run.status in FINAL_FOR_DIAGNOSIS else None
@@ -391,17 +405,27 @@ def render_composer(task: Task, *, user, request=None, message: str = "", body: 
 
 
 def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
-    latest = task_runs[max(task_runs)] if task_runs else None
     ctx = {
         "oob": oob,
         "task": task,
         "run_cards": [render_run_card(r, task_runs, user=user, request=request) for r in task_runs.values()],
-        # An agent's chain: what recovery reused and what it spent again, over all its runs.
-        "chain_recovery": conversation.chain_recovery_line(conversation.chain_tally(latest, task_runs))
-        if latest is not None and latest.kind == "agent"
-        else None,
+        "chain_recovery": chain_recovery(task_runs),
     }
     return render_to_string("console/cards/sections.html#chain", ctx, request=request)
+
+
+def chain_recovery(task_runs: dict[int, Run]):
+    """An agent's chain: what recovery reused and what it spent again, over all its runs (None for a plan)."""
+    latest = task_runs[max(task_runs)] if task_runs else None
+    if latest is None or latest.kind != "agent":
+        return None
+    return conversation.chain_recovery_line(conversation.chain_tally(latest, task_runs))
+
+
+def render_chain_recovery(task: Task, task_runs: dict[int, Run], *, request=None, oob: bool = False) -> str:
+    """The chain's recovery line alone: a push redraws it whenever a run of the chain changed."""
+    ctx = {"oob": oob, "task": task, "chain_recovery": chain_recovery(task_runs)}
+    return render_to_string("console/cards/sections.html#chain_recovery", ctx, request=request)
 
 
 # --- workspaces ------------------------------------------------------------------------------

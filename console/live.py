@@ -54,7 +54,8 @@ MESSAGE_EVENTS = frozenset(
         "run_stopped",
     }
 )
-COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened"})
+# Events after which the task may be open or closed (a run that finishes its work closes it as done).
+COMPOSER_EVENTS = frozenset({"task_closed", "task_reopened", "run_finished"})
 # Events after which the files or the workspace's hold may differ (the panel reads the disk again).
 QUIET_FOR_WORKSPACE = frozenset(
     {"step_planned", "step_dispatched", "run_claimed", "run_queued", "task_paused", "task_resumed"}
@@ -65,8 +66,9 @@ def parts_for(kinds: set[str]) -> set[str]:
     """Which parts of a task page an event batch changes, by the events' kinds.
 
     The header (state, budget) follows every change; step events touch only
-    their run card; the follow-up composer is redrawn only when the task closes
-    or reopens, so a half-typed follow-up is never replaced by a push.
+    their run card; the follow-up composer is redrawn only when the task may close
+    or reopen (a close, a reopen, a run that finished its work), and what is typed
+    in it is carried into the new one (static/console/live.js).
     """
     parts = {"header"}
     if any(not k.startswith("step_") and not k.startswith("message") for k in kinds):
@@ -246,7 +248,9 @@ def changes_inbox(kind: str) -> bool:
 
 
 def task_snapshot(user, task_id: int) -> str:
-    """Every card of a task page from saved state (connect, reconnect). The composer keeps what is typed."""
+    """Every card of a task page from saved state (connect, reconnect), the follow-up composer included: a task
+    closed while the page was away no longer offers "Send follow-up". What is typed survives the swap (the page
+    carries it into the new composer, or keeps it beside the sentence that says why it cannot be sent)."""
     try:
         task = task_detail(user, task_id)
     except NotFound:
@@ -256,6 +260,7 @@ def task_snapshot(user, task_id: int) -> str:
         cards.render_task_header(task, user=user, oob=True)
         + cards.render_actions(task, user=user, task_runs=task_runs, oob=True)
         + cards.render_messages(task, user=user, oob=True)
+        + cards.render_composer(task, user=user, oob=True)
         + cards.render_chain(task, task_runs, user=user, oob=True)
         + cards.render_workspace(task, user=user, oob=True)
     )
@@ -271,6 +276,7 @@ def run_snapshot(user, run_id: int) -> str:
         cards.render_run_card(run, task_runs, user=user, oob=True, conversation=True)
         + cards.render_conversation(run, task_runs, oob=True)
         + cards.render_run_repair(run, user=user, oob=True)
+        + cards.render_run_page_parts(run, task_runs, user=user, oob=True)
     )
 
 
@@ -312,13 +318,30 @@ def new_board_row(row: BoardRow) -> str:
     return f'<tbody hx-swap-oob="afterbegin:#board-rows">{html}</tbody>'
 
 
-def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str]) -> str:
-    """The parts of a task page that the events changed, for the viewer's role."""
+# What a task that waits on a changed task may say differently (its gate, its "Waits on" line, a follow-up held
+# by the dependency): it has no event of its own.
+DEPENDENT_PARTS = frozenset({"header", "actions", "messages"})
+
+
+def dependents_of(task_ids: set[int]) -> dict[int, int]:
+    """{task: its organization} of the tasks that wait on any of `task_ids` (and are not among them): what they
+    say (held by a dependency, the state of what they wait on) follows those tasks' events. One query."""
+    if not task_ids:
+        return {}
+    through = Task.dependencies.through
+    rows = through.objects.filter(to_task_id__in=task_ids).exclude(from_task_id__in=task_ids)
+    return dict(rows.values_list("from_task_id", "from_task__org_id"))
+
+
+def task_update(
+    task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int], kinds: set[str], parts: frozenset | None = None
+) -> str:
+    """The parts of a task page that the events changed (or `parts`), for the viewer's role."""
     try:
         task = task_detail(viewer, task_id)
     except NotFound:
         return ""
-    parts = parts_for(kinds)
+    parts = parts if parts is not None else parts_for(kinds)
     task_runs = cards.task_runs_of(task_id) if (run_ids or new_run_ids or "actions" in parts) else None
     if task_runs is not None:
         # A continuation starting or ending changes what its source run's card says too.
@@ -339,12 +362,45 @@ def task_update(task_id: int, *, viewer, run_ids: set[int], new_run_ids: set[int
         for rid in sorted(new_run_ids):
             if rid in task_runs:
                 card = cards.render_run_card(task_runs[rid], task_runs, user=viewer)
-                out.append(f'<ol hx-swap-oob="beforeend:#chain-{task_id}"><li>{card}</li></ol>')
+                # Before the chain's last line (its recovery line), which stays last.
+                out.append(f'<ol hx-swap-oob="beforebegin:#chain-recovery-{task_id}"><li>{card}</li></ol>')
+        if run_ids or new_run_ids:
+            out.append(cards.render_chain_recovery(task, task_runs, oob=True))
     return "".join(out)
 
 
 def run_update(run_id: int, *, viewer) -> str:
     return run_snapshot(viewer, run_id)
+
+
+# --- leases (no event: read on the relay's schedule) -------------------------------------------
+
+LEASE_STATUSES = ("running", "stopping")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A running run's lease line as a page shows it: `key` changes with each heartbeat (a heartbeat appends no
+    event, so the relay reads these on its re-check schedule and pushes the lines that moved)."""
+
+    run_id: int
+    key: tuple
+    html: str
+
+
+def leases_of(task_ids: set[int]) -> dict[int, list[Lease]]:
+    """{task: the lease lines of its running or stopping runs}, from saved state, one query."""
+    from django.template.loader import render_to_string
+
+    runs = Run.objects.filter(task_id__in=task_ids, status__in=LEASE_STATUSES).only(
+        "id", "task_id", "status", "started_at", "last_heartbeat_at", "lease_expires_at"
+    )
+    out: dict[int, list[Lease]] = {t: [] for t in task_ids}
+    for run in runs.order_by("id"):
+        key = (run.status, run.started_at, run.last_heartbeat_at, run.lease_expires_at)
+        html = render_to_string("console/run_ops.html#lease", {"run": run, "lease_oob": True})
+        out[run.task_id].append(Lease(run.pk, key, html))
+    return out
 
 
 def render_page_for(user, page: str, obj_id: int | None, filters: dict, role: str | None = None) -> str:

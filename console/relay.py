@@ -200,6 +200,7 @@ class Relay:
                 if access is not None:
                     await consumer.apply_access(access)
             await self._refresh_alerts([c for c in consumers if c.subscribed])
+            await self._refresh_leases([c for c in consumers if c.subscribed])
 
     async def _refresh_alerts(self, consumers) -> None:
         """The header's warnings on every live page: a supervisor gone silent or queued runs with no worker is
@@ -219,6 +220,28 @@ class Relay:
             if key != consumer.alerts_key:
                 consumer.alerts_key = key
                 await consumer.push_extra(html)
+
+    async def _refresh_leases(self, consumers) -> None:
+        """Heartbeats on task and run pages: a heartbeat appends no event, so the lease lines of running runs are
+        read here, once per task, and a page gets the lines whose heartbeat or lease moved since it last had
+        them — the live card says what a reload says ("last heartbeat 3 s ago", never "no heartbeat yet")."""
+        pages = [c for c in consumers if getattr(c, "page", None) in ("task", "run") and c.task_id]
+        if not pages:
+            return
+        try:
+            found = await database_sync_to_async(live.leases_of, thread_sensitive=False)({c.task_id for c in pages})
+        except Exception:
+            log.exception("lease lines: reading them failed; trying again next interval")
+            return
+        for consumer in pages:
+            leases = [
+                x for x in found.get(consumer.task_id, ()) if consumer.page == "task" or x.run_id == consumer.obj_id
+            ]
+            seen = getattr(consumer, "leases_seen", None) or {}
+            moved = [x.html for x in leases if seen.get(x.run_id) != x.key]
+            consumer.leases_seen = {x.run_id: x.key for x in leases}
+            if moved:
+                await consumer.push_extra("".join(moved))
 
     def _fetch(self) -> list[Event]:
         events = []
@@ -286,6 +309,11 @@ class Relay:
                 if e.kind == "task_created":
                     created.add(e.task_id)
 
+        # Tasks that wait on a changed task: their gate and their "Waits on" line follow it (no event of theirs).
+        moved = await database_sync_to_async(live.dependents_of)(set(by_task))
+        for task_id, org_id in moved.items():
+            by_org[org_id].add(task_id)
+
         # Boards: one render of each changed row (with or without its selection checkbox), filtered per
         # socket by visibility.
         for org_id, task_ids in by_org.items():
@@ -308,10 +336,11 @@ class Relay:
                     await consumer.push("".join(parts), cursor)
 
         # Task and run pages: one render per (page, role, private viewer).
-        for task_id, task_events in by_task.items():
+        for task_id, task_events in [*by_task.items(), *((t, []) for t in moved)]:
             run_ids = {e.run_id for e in task_events if e.run_id}
             run_ids |= {e.payload.get("continues") for e in task_events if e.payload.get("continues")}
             new_runs = {e.run_id for e in task_events if e.kind == "run_queued" and e.run_id}
+            kinds = {e.kind for e in task_events}
             renders: dict[tuple, str] = {}
             for consumer in list(self.subscribers.get(("task", task_id), ())):
                 if consumer.page == "run" and consumer.obj_id not in run_ids:
@@ -324,7 +353,8 @@ class Relay:
                             viewer=consumer.user,
                             run_ids=run_ids,
                             new_run_ids=new_runs,
-                            kinds={e.kind for e in task_events},
+                            kinds=kinds,
+                            parts=None if task_events else live.DEPENDENT_PARTS,
                         )
                     else:
                         renders[key] = await database_sync_to_async(live.run_update)(

@@ -149,6 +149,13 @@ def _reconcile(action: RecoveryAction, repair_id_hint: str) -> tuple[dict, bool,
     copy = None
     if held_dir is not None:
         copy = HeldCopy.objects.create(task=task, path=str(held_dir), reason="reconcile", files=held_files)
+    # The action's evidence becomes this reading: what still differs is what it held (what it adopted no longer
+    # differs). The card and the panel then say the same thing, and no control offers to adopt an adopted file.
+    remaining = [by_path[v.path] for v in verdicts if v.action != wd.ADOPT]
+    action.evidence = {
+        **(action.evidence or {}),
+        **ws.evidence_for(task, remaining, c.rows, source=source, checked=len(c.diffs), disk=c.disk),
+    }
     result = {
         "workspace": task.workspace,
         "checked": len(c.diffs),
@@ -298,7 +305,7 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
             recovery_owner="",
         )
     else:
-        action_change(action, actor=user, kind="action_repaired", payload=payload)
+        action_change(action, actor=user, kind="action_repaired", payload=payload, evidence=action.evidence)
     return row
 
 

@@ -2,46 +2,119 @@
 // never take away what a person is typing. The server re-renders cards from saved state; this file
 // only reports where the page is and keeps form input across out-of-band swaps.
 (function () {
-  var opens = 0, failures = 0;
+  // The indicator says what the socket is doing, never more: connected ("Live"), reconnecting with the time of
+  // the next try, unreachable (the browser is offline, or tries keep failing) with the next try, or stopped for
+  // good (the server will not take this page back). Every reconnect is scheduled here, for every close code:
+  // htmx's extension retries only a few (1006, 1011–1013) and a close with 1001 would otherwise never retry.
+  var opens = 0, failures = 0, stopped = false, api = null, current = null, timer = null, caughtUp = 0;
   var words = {
+    connecting: "Connecting…",
     live: "Live",
-    reconnecting: "Reconnecting…",
-    unreachable: "Server unreachable — retrying",
+    reconnecting: "Reconnecting — next try at ",
+    unreachable: "Server unreachable — next try at ",
+    offline: "Offline — live updates resume when the network returns",
     stopped: "Live updates stopped — reload the page",
   };
-  function show(state) {
+  function clock(ms) {
+    var d = new Date(ms), pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+  function show(state, at) {
     var el = document.getElementById("live-indicator");
     if (!el) return;
     el.className = "live-indicator " + state;
     el.dataset.state = state;
     el.textContent = words[state];
+    if (at) {
+      var t = document.createElement("time");
+      t.setAttribute("datetime", new Date(at).toISOString());
+      t.textContent = clock(at);
+      el.appendChild(t);
+    }
   }
   function lastEvent() {
     var cursor = document.getElementById("live-cursor");
     return cursor ? parseInt(cursor.dataset.lastEvent || "0", 10) : 0;
   }
-  if (window.htmx) {
-    // Reconnect quickly after a restart, backing off to at most ~8 s, with jitter.
-    htmx.config.wsReconnectDelay = function (n) {
-      var ceiling = Math.min(500 * Math.pow(2, n), 8000);
-      return ceiling / 2 + Math.random() * ceiling / 2;
-    };
+  // Reconnect quickly after a restart, backing off to at most ~8 s, with jitter.
+  function delay(n) {
+    var ceiling = Math.min(500 * Math.pow(2, n), 8000);
+    return ceiling / 2 + Math.random() * ceiling / 2;
   }
+  function open() {
+    return current !== null && current.readyState === 1;
+  }
+  function attempt() {
+    clearTimeout(timer);
+    timer = null;
+    if (stopped || !api || open()) return;
+    show("connecting");
+    api.reconnect();
+  }
+  function schedule() {
+    clearTimeout(timer);
+    if (navigator.onLine === false) { timer = null; show("offline"); return; }  // the `online` event tries
+    var at = Date.now() + delay(failures - 1);
+    timer = setTimeout(attempt, at - Date.now());
+    // One close is a restart or a dropped connection; tries that keep failing mean the server is not answering.
+    show(failures > 2 ? "unreachable" : "reconnecting", at);
+  }
+  if (window.htmx) {
+    // The extension's own retry timer would race the one above: it is left to wait (the longest timer there is).
+    htmx.config.wsReconnectDelay = function () { return 2147483647; };
+  }
+  document.addEventListener("htmx:wsConnecting", function () { if (!stopped && !timer) show("connecting"); });
   document.addEventListener("htmx:wsOpen", function (e) {
+    api = e.detail.socketWrapper;
+    current = e.detail.event && e.detail.event.target;
     opens += 1;
     failures = 0;
+    clearTimeout(timer);
+    timer = null;
     show("live");
-    e.detail.socketWrapper.send(JSON.stringify({ type: "resync", last_event: lastEvent(), reconnect: opens > 1 }), e.detail.elt);
+    api.send(JSON.stringify({ type: "resync", last_event: lastEvent(), reconnect: opens > 1 }), e.detail.elt);
   });
   document.addEventListener("htmx:wsClose", function (e) {
-    var code = e.detail.event && e.detail.event.code;
+    var socket = e.detail.event && e.detail.event.target, code = e.detail.event && e.detail.event.code;
+    api = e.detail.socketWrapper || api;
+    // A socket replaced by a newer one that is open (or opening) says nothing about the connection now.
+    if (current && socket && socket !== current && current.readyState < 2) return;
+    if (stopped) return;
     // 4401 signed out, 4403 access gone, 4429 too many resyncs: the server will not take this page back.
-    if (code === 4403 || code === 4401 || code === 4429) { show("stopped"); return; }
+    if (code === 4403 || code === 4401 || code === 4429) {
+      stopped = true;
+      clearTimeout(timer);
+      show("stopped");
+      return;
+    }
     failures += 1;
-    // A socket that cannot even open again means the server is not answering.
-    show(failures > 1 || navigator.onLine === false ? "unreachable" : "reconnecting");
+    schedule();
   });
-  document.addEventListener("htmx:wsError", function () { show("unreachable"); });
+  // What arrives over the socket proves it is connected, whatever the last network event said.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var el = document.getElementById("live-indicator");
+    if (!stopped && open() && el && el.dataset.state !== "live") show("live");
+  });
+  window.addEventListener("offline", function () {
+    if (stopped) return;
+    clearTimeout(timer);
+    timer = null;
+    show("offline");
+  });
+  window.addEventListener("online", function () {
+    if (stopped) return;
+    if (open()) {
+      // The socket lived through it: say so, and catch up on anything the page may have missed meanwhile
+      // (at most once in a few seconds: a flapping network must not spend the socket's resync budget).
+      show("live");
+      if (Date.now() - caughtUp > 3000) {
+        caughtUp = Date.now();
+        api.send(JSON.stringify({ type: "resync", last_event: lastEvent(), reconnect: false }));
+      }
+    } else {
+      attempt();
+    }
+  });
 
   // A control the server could not serve for want of a database connection (503 database_busy): htmx swaps
   // nothing into the card, so the server's sentence (nothing was changed) is shown with the header's warnings.
@@ -63,8 +136,6 @@
     var old = document.querySelector('#ops-alerts [data-alert="database_busy"]');
     if (old) old.remove();
   });
-  window.addEventListener("offline", function () { show("unreachable"); });
-
   // The reconnect notice can be dismissed; it sits in the page flow and never covers controls.
   document.addEventListener("click", function (e) {
     var button = e.target.closest && e.target.closest("[data-dismiss]");
@@ -155,8 +226,14 @@
         carry(old, match);
       }
     });
-    // A changed card keeps what was typed into it, and which of its sections a person opened or closed.
-    if (editing(target)) carry(target, fresh);
+    // A changed card keeps what was typed into it, and which of its sections a person opened or closed; a
+    // form that can no longer be sent (the task closed) shows what was typed in its place, never drops it.
+    if (editing(target)) {
+      carry(target, fresh);
+      Array.prototype.forEach.call(fresh.querySelectorAll("[data-kept]"), function (kept) {
+        if (fields(kept).some(function (el) { return el.value; })) kept.hidden = false;
+      });
+    }
     var olds = target.matches("details[id]") ? [target] : [];
     Array.prototype.push.apply(olds, target.querySelectorAll("details[id]"));
     olds.forEach(function (old) {
@@ -183,14 +260,13 @@
   });
 })();
 
-// Relative times ("3 minutes ago") stay true while a page is open: recomputed from `datetime` each 30 s.
+// Relative times ("3 minutes ago") stay true while a page is open: recomputed from `datetime` every second.
 (function () {
   if (!window.Intl || !Intl.RelativeTimeFormat) return;
   var format = new Intl.RelativeTimeFormat("en", { numeric: "auto" });
   var units = [["year", 31536000], ["month", 2592000], ["day", 86400], ["hour", 3600], ["minute", 60], ["second", 1]];
   function relative(when) {
     var seconds = (when - Date.now()) / 1000;
-    if (Math.abs(seconds) < 10) return "now";
     for (var i = 0; i < units.length; i++) {
       if (Math.abs(seconds) >= units[i][1] || units[i][0] === "second") {
         return format.format(Math.round(seconds / units[i][1]), units[i][0]);
@@ -203,5 +279,7 @@
       if (!isNaN(when)) el.textContent = relative(when);
     });
   }
-  setInterval(tick, 30000);
+  // Every second, and at once after a push, so a header's "2 seconds ago" moves on beside a card that ticks.
+  setInterval(tick, 1000);
+  document.addEventListener("htmx:oobAfterSwap", tick);
 })();

@@ -137,7 +137,9 @@ def test_a_page_reconnects_after_a_restart_shows_saved_state_and_draws_what_a_re
         page.evaluate(RECORDER)
 
         server.stop()
-        expect(indicator).to_have_text(re.compile("Reconnecting|Server unreachable — retrying"), timeout=WAIT)
+        expect(indicator).to_have_text(
+            re.compile("Reconnecting — next try at|Server unreachable — next try at"), timeout=WAIT
+        )
 
         # While no server runs: the lease lapses, the supervisor interrupts the run and opens a
         # decision, and the decision's due time passes, so it is exhausted.

@@ -474,8 +474,9 @@ async def test_a_supervisor_pass_pushes_the_interrupted_run_its_continuation_and
         cursor = await database_sync_to_async(live.last_event_id)()
         received = await receive_until(communicator, lambda m: cursor_of(m) == cursor)
         pushed = "".join(received)
-        # The new run is appended to the chain; the interrupted one is replaced in place.
-        assert f'<ol hx-swap-oob="beforeend:#chain-{task.pk}"><li>' in pushed
+        # The new run is appended to the chain (before its last line, the chain's recovery line); the interrupted
+        # one is replaced in place.
+        assert f'<ol hx-swap-oob="beforebegin:#chain-recovery-{task.pk}"><li>' in pushed
         page = await sync_to_async(page_html)(operator, f"/tasks/{task.pk}/")
         latest = {}
         for message in received:
