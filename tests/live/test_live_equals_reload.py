@@ -20,11 +20,11 @@ from channels.db import database_sync_to_async
 from django.db.models import Max, Q
 
 from console import live
-from recovery.actions import action_cancel, action_decide, action_retry
-from recovery.controls import task_close, task_continue, task_dependencies, task_reopen
-from recovery.followups import message_save
+from recovery.actions.commands import action_cancel, action_decide, action_retry
+from recovery.actions.controls import task_close, task_continue, task_dependencies, task_reopen
+from recovery.actions.followups import message_save
+from recovery.actions.start_over import task_start_over
 from recovery.models import RecoveryAction
-from recovery.start_over import task_start_over
 from recovery.supervisor.loop import supervise_once
 from recovery.workspaces.repairs import action_repair
 from tasks.models import Event, Message, Run, Task
