@@ -84,7 +84,7 @@ class Probe:
 def _last_event() -> int:
     from django.db import connections
 
-    from console.live import last_event_id
+    from tasks.events import last_event_id
 
     try:
         return last_event_id()

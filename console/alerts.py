@@ -78,9 +78,10 @@ def header_alerts(request):
     return {"ops_alerts": SimpleLazyObject(lambda: alerts_for(user) if user is not None else [])}
 
 
-def render_alerts(user, *, request=None, alerts: list[Alert] | None = None) -> str:
+def render_alerts(user, *, request=None, alerts: list[Alert] | None = None, oob: bool = False) -> str:
     alerts = alerts_for(user) if alerts is None else alerts
-    return render_to_string("console/ops_alerts.html", {"ops_alerts": alerts, "user": user}, request=request)
+    ctx = {"ops_alerts": alerts, "user": user, "alerts_oob": oob}
+    return render_to_string("console/ops_alerts.html", ctx, request=request)
 
 
 def alerts_key(alerts: list[Alert]) -> tuple:

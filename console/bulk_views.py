@@ -15,13 +15,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console import triage_views
-from console.live import last_event_id
 from console.views import bad_request, refused
 from recovery import presenter
 from recovery.bulk import operations as bulk
 from recovery.bulk.selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
+from tasks.events import last_event_id
 from tasks.selectors import primary_membership
 
 LEDGER_PAGE = 100

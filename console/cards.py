@@ -6,17 +6,19 @@ it needs and hands the presenter's views to the templates.
 
 from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
+from django.utils.dateparse import parse_datetime
 
 from console.start_over_card import start_over_context
 from recovery import conversation, presenter
 from recovery.actions import followups
 from recovery.actions.start_over import duplicate_risk
 from recovery.api.shapes import action_view_of
-from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction
-from recovery.selectors import diagnose, run_usage, step_modes_now, task_detail
+from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction, RecoveryAttempt
+from recovery.selectors import action_detail, diagnose, run_usage, step_modes_now, task_detail
+from recovery.workspaces.validation import workspace_state
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
-from tasks.models import LIVE_RUN_STATUSES, WORKSPACE_VALIDATION_FAILED, Agent, Run, Step, Task
+from tasks.models import LIVE_RUN_STATUSES, WORKSPACE_VALIDATION_FAILED, Agent, Message, Run, Step, Task
 from tasks.selectors import task_facts
 
 FINAL_FOR_DIAGNOSIS = ("interrupted", "stopped")
@@ -84,7 +86,6 @@ def _model_reason(action: RecoveryAction, task_runs=None):
 
 
 def _parse(value):
-    from django.utils.dateparse import parse_datetime
 
     try:
         return parse_datetime(value) if isinstance(value, str) else None
@@ -294,8 +295,6 @@ def render_conversation(run: Run, task_runs: dict[int, Run], *, request=None, oo
 
 def task_runs_of(task_id: int) -> dict[int, Run]:
     """Every run of the task with its steps, carried messages and decisions, in a fixed number of queries."""
-    from recovery.models import RecoveryAttempt
-    from tasks.models import Message
 
     runs = (
         Run.objects.filter(task_id=task_id)
@@ -433,7 +432,6 @@ def render_chain_recovery(task: Task, task_runs: dict[int, Run], *, request=None
 
 def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
     """The task page's workspace panel: every file with its status now, the hold, held copies, the last export."""
-    from recovery.workspaces.validation import workspace_state
 
     ctx = {"task": task, "view": presenter.workspace_view(workspace_state(task)), "oob": oob}
     return render_to_string("console/cards/workspace.html#panel", ctx, request=request)
@@ -441,7 +439,6 @@ def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> st
 
 def run_repair_action(run: Run) -> RecoveryAction | None:
     """The live workspace_validation action a run page hosts: only for a failed run refused by validation."""
-    from tasks.models import WORKSPACE_VALIDATION_FAILED
 
     if run.status != "failed" or run.error_code != WORKSPACE_VALIDATION_FAILED:
         return None
@@ -456,7 +453,6 @@ def run_repair_action(run: Run) -> RecoveryAction | None:
 
 def render_run_repair(run: Run, *, user, request=None, oob: bool = False) -> str:
     """The repair controls on a run page, or an empty placeholder where they do not apply (so a push removes them)."""
-    from recovery.selectors import action_detail
 
     live = run_repair_action(run)
     card = ""

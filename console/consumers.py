@@ -19,7 +19,7 @@ from console import live
 from console.relay import relay
 from recovery import triage
 from recovery.triage import BOARD_PARAMS
-from tasks import payloads
+from tasks import events, payloads
 
 log = logging.getLogger("console.consumers")
 
@@ -209,7 +209,7 @@ class LiveConsumer(SocketConsumer):
             self.page, org_id=self.org_id, task_id=self.task_id, after=after, obj_id=self.obj_id
         ):
             return "", after
-        cursor = live.last_event_id()
+        cursor = events.last_event_id()
         html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters, self.role)
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor

@@ -7,13 +7,19 @@ a reload draw the same HTML.
 
 from dataclasses import dataclass
 from datetime import datetime
+from importlib import import_module
 
-from django.db.models import Max
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
+from django.core.exceptions import ValidationError
+from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
-from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
-from console import cards
+from console import bulk_views, cards, triage_views
 from recovery import triage
+from recovery.bulk.selectors import operation
+from recovery.models import BulkOperation
 from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail
 from tasks.errors import NotFound
 from tasks.models import Event, Role, Run, Task
@@ -24,20 +30,15 @@ RECONNECT_NOTICE = (
 )
 
 
-def last_event_id() -> int:
-    return Event.objects.aggregate(m=Max("id"))["m"] or 0
+FRAGMENTS = "console/live/fragments.html"
 
 
 def cursor_fragment(event_id: int) -> str:
-    return f'<span id="live-cursor" data-last-event="{int(event_id)}" hidden hx-swap-oob="true"></span>'
+    return render_to_string(f"{FRAGMENTS}#cursor", {"event_id": int(event_id)})
 
 
 def notice_fragment() -> str:
-    return (
-        '<div id="live-notice" class="reconnect-notice" role="status" hx-swap-oob="true">'
-        f'<span>{escape(RECONNECT_NOTICE)}</span> <button type="button" class="quiet" data-dismiss="live-notice">'
-        "Dismiss</button></div>"
-    )
+    return render_to_string(f"{FRAGMENTS}#notice", {"text": RECONNECT_NOTICE})
 
 
 MESSAGE_EVENTS = frozenset(
@@ -112,11 +113,6 @@ def session_user(session_key: str | None):
     """(the user `session_key` signs in, SessionState), or (None, invalid): the session exists (not signed out),
     has not expired, names an active user of a configured backend and carries that user's current password hash
     (a password change ends every other session). Two queries: the session row, the user row."""
-    from importlib import import_module
-
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
-    from django.core.exceptions import ValidationError
 
     if not session_key:
         return None, SessionState(False)
@@ -175,8 +171,6 @@ def check_access(user, page: str, obj_id: int | None) -> Access:
         m = primary_membership(user)
         return Access(True, m.org_id, m.role) if m else Access(False)
     if page == "bulk":
-        from recovery.models import BulkOperation
-
         op = BulkOperation.objects.filter(pk=obj_id).only("id", "org_id").first()
         m = membership_in(user, op.org_id) if op is not None else None
         return Access(True, op.org_id, m.role) if m else Access(False)
@@ -198,12 +192,11 @@ def check_access(user, page: str, obj_id: int | None) -> Access:
 
 def board_snapshot(user, *, filters: dict, selectable: bool = False) -> str:
     """The board's rows for its parameters (tab, search, agent, owner, tool, age, order), from saved state."""
-    _, f = triage.board_filter(filters)
+    tab, f = triage.board_filter(filters)
     tasks, _ = triage.board_page(user, f, limit=50)
-    rows = "".join(cards.render_task_row(t, user=user, selectable=selectable) for t in tasks)
-    if not rows:
-        rows = '<tr class="empty"><td colspan="8">No tasks in this view.</td></tr>'
-    return f'<tbody id="board-rows" hx-swap-oob="true">{rows}</tbody>'
+    # Each row is a rendered template (cards/task_row.html); the empty sentence is the board page's own.
+    rows = mark_safe("".join(cards.render_task_row(t, user=user, selectable=selectable) for t in tasks))  # noqa: S308
+    return render_to_string(f"{FRAGMENTS}#board_rows", {"rows": rows, "tab": tab, "q": f.q})
 
 
 def can_select(role: str | None) -> bool:
@@ -213,21 +206,17 @@ def can_select(role: str | None) -> bool:
 
 def inbox_snapshot(user) -> str:
     """The inbox list and the navigation's count, from saved state."""
-    from console import triage_views
 
     return triage_views.render_inbox_list(user, oob=True) + triage_views.render_nav_count(user)
 
 
 def nav_count(user) -> str:
-    from console import triage_views
 
     return triage_views.render_nav_count(user)
 
 
 def bulk_snapshot(user, op_id: int, filters: dict) -> str:
     """A bulk operation's progress and the ledger page the viewer has open, from saved state."""
-    from console import bulk_views
-    from recovery.bulk.selectors import operation
 
     try:
         op = operation(user, op_id)
@@ -363,7 +352,8 @@ def task_update(
             if rid in task_runs:
                 card = cards.render_run_card(task_runs[rid], task_runs, user=viewer)
                 # Before the chain's last line (its recovery line), which stays last.
-                out.append(f'<ol hx-swap-oob="beforebegin:#chain-recovery-{task_id}"><li>{card}</li></ol>')
+                ctx = {"task_id": task_id, "card": mark_safe(card)}  # noqa: S308 — a rendered template
+                out.append(render_to_string(f"{FRAGMENTS}#before_chain", ctx))
         if run_ids or new_run_ids:
             out.append(cards.render_chain_recovery(task, task_runs, oob=True))
     return "".join(out)
@@ -390,7 +380,6 @@ class Lease:
 
 def leases_of(task_ids: set[int]) -> dict[int, list[Lease]]:
     """{task: the lease lines of its running or stopping runs}, from saved state, one query."""
-    from django.template.loader import render_to_string
 
     runs = Run.objects.filter(task_id__in=task_ids, status__in=LEASE_STATUSES).only(
         "id", "task_id", "status", "started_at", "last_heartbeat_at", "lease_expires_at"

@@ -11,9 +11,16 @@ them NUL and lone surrogates are data, kept faithfully by the payload encoding
 them through their serializers.
 """
 
-from django.http import JsonResponse
+import sys
 
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.views.defaults import server_error as django_server_error
+
+from console.views import bad_request
 from tasks import payloads
+from tasks.errors import BUSY_RETRY_AFTER, database_trouble
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 DETAIL = "The request holds a NUL character or a lone surrogate in its {where}; nothing was done."
@@ -50,9 +57,6 @@ class PlainTextInputMiddleware:
         detail = DETAIL.format(where=where)
         if request.path_info.startswith("/api/"):
             return JsonResponse({"code": "invalid", "detail": detail, "field": where}, status=400)
-        from django.contrib.auth.models import AnonymousUser
-
-        from console.views import bad_request
 
         if where == "cookies":
             request.user = AnonymousUser()  # the session cookie itself is what cannot be looked up
@@ -62,10 +66,6 @@ class PlainTextInputMiddleware:
 def database_trouble_response(request, trouble):
     """The 503 for a request the database could not serve, drawn without the database, with Retry-After: the
     API's error shape with the cause's code, the sentence alone for a card's control, or the busy page."""
-    from django.http import HttpResponse
-    from django.template.loader import render_to_string
-
-    from tasks.errors import BUSY_RETRY_AFTER
 
     if request.path_info.startswith("/api/"):
         response = JsonResponse({"code": trouble.code, "detail": trouble.detail}, status=503)
@@ -97,7 +97,6 @@ class DatabaseBusyMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        from tasks.errors import database_trouble
 
         trouble = database_trouble(exception)
         return None if trouble is None else database_trouble_response(request, trouble)
@@ -106,11 +105,6 @@ class DatabaseBusyMiddleware:
 def server_error(request):
     """`handler500`: a database that could not serve the request is the 503 of its cause, wherever it was met
     (a middleware's session or user lookup included); anything else is Django's own 500."""
-    import sys
-
-    from django.views.defaults import server_error as django_server_error
-
-    from tasks.errors import database_trouble
 
     trouble = database_trouble(sys.exc_info()[1])
     if trouble is not None:

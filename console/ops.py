@@ -52,8 +52,8 @@ def workers_context(user, *, now: datetime | None = None) -> dict:
     }
 
 
-def render_workers_body(user, *, request=None) -> str:
-    return render_to_string("console/workers.html#body", workers_context(user), request=request)
+def render_workers_body(user, *, request=None, oob: bool = False) -> str:
+    return render_to_string("console/workers.html#body", {**workers_context(user), "workers_oob": oob}, request=request)
 
 
 @login_required

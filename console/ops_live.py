@@ -24,17 +24,12 @@ CLOSE_FORBIDDEN = 4403
 REFRESH_SECONDS = 2.0
 
 
-def _oob(html: str) -> str:
-    head, sep, rest = html.strip().partition(">")
-    return f'{head} hx-swap-oob="true"{sep}{rest}'
-
-
 def render_update(user, *, reconnect: bool = False) -> str | None:
     """The page's body and the header warnings as out-of-band swaps; None once access is gone."""
     live.fresh(user)
     if not memberships_of(user):
         return None
-    html = _oob(ops.render_workers_body(user)) + _oob(alerts.render_alerts(user))
+    html = ops.render_workers_body(user, oob=True).strip() + alerts.render_alerts(user, oob=True).strip()
     return html + (live.notice_fragment() if reconnect else "")
 
 

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 from console import alerts, live, metrics
+from tasks import events
 from tasks.models import Event
 
 log = logging.getLogger("console.relay")
@@ -102,7 +103,7 @@ class Relay:
                     stale.cancel()
             self.loop = loop
             self.wake = asyncio.Event()
-            self.last_id = await database_sync_to_async(live.last_event_id)()
+            self.last_id = await database_sync_to_async(events.last_event_id)()
             self.gaps.clear()
             self.task = loop.create_task(self._run(), name="console-event-relay")
             self.rechecker = loop.create_task(self._recheck_loop(), name="console-access-recheck")
@@ -123,7 +124,7 @@ class Relay:
             if not self.subscribers:
                 # Nobody to tell: skip ahead, so a later subscriber is not sent
                 # what its page already shows.
-                self.last_id = await database_sync_to_async(live.last_event_id)()
+                self.last_id = await database_sync_to_async(events.last_event_id)()
                 self.gaps.clear()
                 continue
             try:
@@ -416,11 +417,7 @@ def _read_alerts(groups: dict) -> dict:
     out = {}
     for org_ids, user in groups.items():
         said = alerts.alerts_of_orgs(org_ids)
-        html = alerts.render_alerts(user, alerts=said).strip()
-        out[org_ids] = (
-            alerts.alerts_key(said),
-            html.replace('<div id="ops-alerts"', '<div hx-swap-oob="true" id="ops-alerts"', 1),
-        )
+        out[org_ids] = (alerts.alerts_key(said), alerts.render_alerts(user, alerts=said, oob=True).strip())
     return out
 
 

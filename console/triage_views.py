@@ -16,12 +16,12 @@ from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_POST
 
 from console import cards
-from console.live import last_event_id
 from console.views import TABS, bad_request, refused
 from recovery import presenter, triage
 from recovery.rules.bulk import ACTIONS
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, ServiceError
+from tasks.events import last_event_id
 from tasks.selectors import primary_membership
 
 COUNT_CAP = 10_000

@@ -13,7 +13,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import agent_settings, cards
-from console.live import last_event_id
 from recovery import presenter
 from recovery.actions import commands as recovery_actions
 from recovery.actions import controls, followups
@@ -26,6 +25,8 @@ from recovery.workspaces import validation as workspaces
 from tasks import accounts, export_roots, services, throttles
 from tasks.authz import can_admin
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
+from tasks.errors import not_found as api_not_found
+from tasks.events import last_event_id
 from tasks.models import Agent, Task
 from tasks.selectors import org_admin_names, primary_membership, visible_runs, visible_tasks
 from tasks.workspace import wire
@@ -612,7 +613,6 @@ def problem(request, *, status: int, title: str, reason: str, hint: str = ""):
 def not_found(request, exception=None):
     """`handler404`: the styled page with navigation (under /api/ the API's error shape). A view's own sentence
     ("No task #12.") is kept; the resolver's is not (it lists the URL patterns)."""
-    from tasks.errors import not_found as api_not_found
 
     if request.path.startswith("/api/"):
         return api_not_found(request, exception)

@@ -1,5 +1,7 @@
 """The one way an Event is written."""
 
+from django.db.models import Max
+
 from tasks.event_kinds import registered
 from tasks.models import Event
 
@@ -15,6 +17,11 @@ def actor_name(actor) -> str:
     if isinstance(actor, Worker):
         return f"worker:{actor.name}"
     return getattr(actor, "username", None) or str(actor)
+
+
+def last_event_id() -> int:
+    """The newest Event's id (0 before the first): a page drawn after reading it is pushed every later change."""
+    return Event.objects.aggregate(m=Max("id"))["m"] or 0
 
 
 def event_append(

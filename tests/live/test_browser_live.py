@@ -8,9 +8,9 @@ from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from console.live import last_event_id
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
+from tasks.events import last_event_id
 from tasks.models import Run
 from tasks.services import leases_expire, task_create
 from tests.console.scenarios import WRITE_PLAN, checkpoint, claim, unknown_outcome_action

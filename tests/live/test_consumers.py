@@ -17,6 +17,7 @@ from console import live
 from console.asgi import application
 from console.relay import relay
 from recovery.supervisor.loop import supervise_once
+from tasks import events
 from tasks.accounts import member_remove
 from tasks.models import Run
 from tasks.services import leases_expire, task_create, task_pause, task_resume
@@ -195,7 +196,7 @@ async def test_a_committed_change_reaches_the_task_page_as_the_cards_a_reload_dr
         assert '<dt>Paused</dt><dd><span class="warn">yes</span></dd>' in header
         assert "Resume task" in header
         assert f'id="actions-{task.pk}"' in message
-        assert cursor_of(message) == await database_sync_to_async(live.last_event_id)()
+        assert cursor_of(message) == await database_sync_to_async(events.last_event_id)()
         # The pushed cards are the cards a reload draws.
         page = await sync_to_async(page_html)(operator, f"/tasks/{task.pk}/")
         assert normalize(header) == normalize(element(page, "section", f"task-{task.pk}"))
@@ -411,7 +412,7 @@ async def test_a_reconnect_resync_returns_every_card_from_saved_state_and_the_no
     run_ids = await database_sync_to_async(
         lambda: list(Run.objects.filter(task_id=task_id).values_list("pk", flat=True))
     )()
-    cursor = await database_sync_to_async(live.last_event_id)()
+    cursor = await database_sync_to_async(events.last_event_id)()
     communicator = await connect(f"/ws/tasks/{task_id}/", operator)
     try:
         await communicator.send_json_to({"type": "resync", "last_event": cursor, "reconnect": True})
@@ -434,7 +435,7 @@ async def test_a_reconnect_resync_returns_every_card_from_saved_state_and_the_no
 
 async def test_a_resync_of_an_up_to_date_page_returns_nothing_and_a_page_behind_catches_up(org, agent, operator):
     task = await database_sync_to_async(task_create)(org=org, actor="t", title="t", agent="builder", input=SAFE_PLAN)
-    cursor = await database_sync_to_async(live.last_event_id)()
+    cursor = await database_sync_to_async(events.last_event_id)()
     for path in (f"/ws/tasks/{task.pk}/", "/ws/board/"):
         communicator = await connect(path, operator)
         try:
@@ -471,7 +472,7 @@ async def test_a_supervisor_pass_pushes_the_interrupted_run_its_continuation_and
         await database_sync_to_async(leases_expire)(now=timezone.now() + timedelta(hours=1))
         await database_sync_to_async(supervise_once)()
         continuation = await database_sync_to_async(Run.objects.get)(continues_id=run.pk)
-        cursor = await database_sync_to_async(live.last_event_id)()
+        cursor = await database_sync_to_async(events.last_event_id)()
         received = await receive_until(communicator, lambda m: cursor_of(m) == cursor)
         pushed = "".join(received)
         # The new run is appended to the chain (before its last line, the chain's recovery line); the interrupted

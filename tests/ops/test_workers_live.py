@@ -24,7 +24,7 @@ async def test_the_page_gets_its_body_on_connect_and_again_when_a_worker_shows_u
     await socket.send_json_to({"type": "resync", "last_event": 0, "reconnect": False})
     first = await socket.receive_from(timeout=5)
     assert 'id="workers-body" class="workers-body" hx-swap-oob="true"' in first
-    assert 'id="ops-alerts" class="ops-alerts" hx-swap-oob="true"' in first
+    assert 'hx-swap-oob="true" id="ops-alerts" class="ops-alerts"' in first
     assert "No worker has claimed in the last day." in first
 
     await sync_to_async(lambda: services.run_claim(worker=worker(org), label="box-7-1"))()
