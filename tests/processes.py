@@ -254,14 +254,8 @@ class TcpProxy:
 
 def start_worker(server, token, fault: str = "", *, label: str = "test", **env) -> subprocess.Popen:
     """A real `manage.py worker --once` against `server` (lease 3 s, heartbeat 1 s), with a fault if given."""
-    env = child_env(
-        CONSOLE_URL=server.url,
-        CONSOLE_WORKER_TOKEN=token,
-        CONSOLE_HEARTBEAT_SECONDS=1,
-        CONSOLE_LEASE_SECONDS=3,
-        WORKER_FAULT=fault,
-        **env,
-    )
+    defaults = {"CONSOLE_HEARTBEAT_SECONDS": 1, "CONSOLE_LEASE_SECONDS": 3, "WORKER_FAULT": fault}
+    env = child_env(CONSOLE_URL=server.url, CONSOLE_WORKER_TOKEN=token, **{**defaults, **env})
     return subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--once", "--label", label],
         cwd=ROOT,

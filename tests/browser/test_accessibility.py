@@ -5,21 +5,16 @@ which `make test` runs). The pages are listed in `tests/browser/a11y_pages.py`.
 At 390 px every page also reflows: nothing scrolls sideways (WCAG 1.4.10).
 """
 
-import os
-
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from tests.browser.a11y_pages import ROLES, USERNAMES, a11y_scenario, pages_for
+from tests.browser.axe import AXE, FAILING, WIDTHS, axe_violations, describe, settle
 from tests.browser.pages import no_horizontal_overflow
-from tests.processes import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 # A11Y_IMPACTS=minor,moderate,serious,critical lists the milder findings too (they do not fail by default).
-FAILING = tuple(os.environ.get("A11Y_IMPACTS", "serious,critical").split(","))
-WIDTHS = {1440: 900, 390: 844}
 
 
 @pytest.fixture(scope="module")
@@ -27,34 +22,6 @@ def axe_source() -> str:
     if not AXE.exists():
         pytest.fail(f"axe-core is not installed ({AXE}): run `make axe` (npm ci from package-lock.json)")
     return AXE.read_text()
-
-
-def axe_violations(page: Page, axe_source: str) -> list[dict]:
-    if not page.evaluate("typeof window.axe !== 'undefined'"):
-        # Evaluated by the test driver, not added as an inline <script>: the page's CSP refuses those.
-        page.evaluate(axe_source)
-    result = page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
-    return result["violations"]
-
-
-def settle(page: Page) -> None:
-    """Draw the page as a person would read it: live state shown, every folded section open."""
-    if page.locator("#live-indicator").count():
-        expect(page.locator("#live-indicator")).to_have_attribute("data-state", "live", timeout=10_000)
-    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
-
-
-def describe(findings: list[tuple[str, str, dict]], role: str, width: int) -> str:
-    lines = [f"{len(findings)} accessibility violation(s) ({'/'.join(FAILING)}) as {role} at {width} px:"]
-    for name, url, v in findings:
-        lines.append(f"- [{v['impact']}] {v['id']} on {name} ({url}): {v['help']}")
-        for node in v["nodes"][:6]:
-            summary = " ".join((node.get("failureSummary") or "").split())
-            lines.append(f"    at {' '.join(map(str, node['target']))}: {summary[:300]}")
-        if len(v["nodes"]) > 6:
-            lines.append(f"    … and {len(v['nodes']) - 6} more element(s)")
-        lines.append(f"    {v['helpUrl']}")
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))

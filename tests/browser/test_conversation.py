@@ -8,8 +8,8 @@ screenshot in the README (docs/screenshots/conversation.png) is taken here.
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.axe import AXE, FAILING, WIDTHS, axe_violations, describe, settle
 from tests.browser.pages import no_horizontal_overflow
-from tests.browser.test_accessibility import AXE, FAILING, WIDTHS, axe_violations, describe, settle
 from tests.console.conversation_scenario import FOLLOW_UP, REASON, parked, three_runs
 from tests.factories import make_agent
 from tests.processes import ROOT

@@ -13,8 +13,7 @@ from tasks.services import task_create
 from tests.browser.conftest import PASSWORD
 from tests.browser.pages import expect_live
 from tests.console.scenarios import SAFE_PLAN
-from tests.ops.db_admin import admin_connection
-from tests.ops.test_database_busy import lock_waiters
+from tests.ops.db_admin import admin_connection, lock_waiters
 from tests.processes import Server, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -2,10 +2,8 @@
 
 import re
 import signal
-import time
 
 import pytest
-from django.utils import timezone
 from playwright.sync_api import expect
 
 from recovery.models import RecoveryAction, RecoveryAttempt
@@ -15,18 +13,11 @@ from tasks.services import task_create
 from tests.browser.pages import board_row_pushed, expect_live, reload_until
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import ROOT, start_worker
+from tests.processes import ROOT, lapse_and_supervise, start_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = ROOT / "docs" / "screenshots"
-
-
-def lapse_and_supervise(run):
-    run.refresh_from_db()
-    if run.lease_expires_at:
-        time.sleep(max(0.0, (run.lease_expires_at - timezone.now()).total_seconds()) + 0.1)
-    return supervise_once()
 
 
 def test_an_operator_decides_an_unknown_write_and_watches_it_continue(

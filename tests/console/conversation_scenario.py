@@ -35,7 +35,7 @@ class Chain:
     third: int
 
 
-def lapse_and_supervise():
+def lapse_leases_and_supervise():
     if settings.CONSOLE_LEASE_SECONDS <= 5:
         # A lease this short lapses for real: the pages then say when the run ended, never "from now".
         time.sleep(settings.CONSOLE_LEASE_SECONDS + 0.3)
@@ -60,7 +60,7 @@ def parked(api, runner) -> tuple[dict, Agent, RecoveryAction]:
     first.call(2, "file_read", {"path": "a.md"}, {"content": "- sync is faster\n- login no longer times out\n"})
     first.turn(3, {"messages": [PROMPT, "a.md"]}, REASON, tokens=(300, 40))
     first.cut_off(4, *WRITE)
-    lapse_and_supervise()
+    lapse_leases_and_supervise()
     action = RecoveryAction.objects.get(run_id=first.run, kind="unknown_outcome")
     return task, first, action
 
@@ -79,7 +79,7 @@ def three_runs(api, runner) -> Chain:
     )
     second.call(8, *WRITE)
     second.cut_off(9, "model", model_args({"messages": ["…", "written"]}))
-    report = lapse_and_supervise()
+    report = lapse_leases_and_supervise()
     assert report.continued, report
     third = Agent.claims(runner)
     third.turn(9, {"messages": ["…", "written"]}, "Done.", tokens=(700, 50))

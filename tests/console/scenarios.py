@@ -55,7 +55,7 @@ def checkpoint(run: Run, steps: int, *, dispatch_last: bool = True) -> None:
         step_dispatch(worker=worker, run_id=run.pk, epoch=run.lease_epoch, seq=seq)
 
 
-def lapse_and_supervise() -> None:
+def expire_leases_and_supervise() -> None:
     """Every lease lapses (as if an hour passed) and the supervisor makes one pass."""
     leases_expire(now=timezone.now() + timedelta(hours=1))
     supervise_once()
@@ -66,7 +66,7 @@ def unknown_outcome_action(org, *, title: str = "write the report", agent: str =
     task = task_create(org=org, actor="t", title=title, agent=agent, input=WRITE_PLAN, **extra)
     run = claim(task)
     checkpoint(run, 1)
-    lapse_and_supervise()
+    expire_leases_and_supervise()
     action = RecoveryAction.objects.get(task=task)
     assert action.kind == "unknown_outcome" and action.status == "open" and action.seq == 2
     return action
@@ -77,7 +77,7 @@ def continuation_action(org, *, title: str = "read notes", agent: str = "careful
     task = task_create(org=org, actor="t", title=title, agent=agent, input=SAFE_PLAN, **extra)
     run = claim(task)
     checkpoint(run, 0)
-    lapse_and_supervise()
+    expire_leases_and_supervise()
     action = RecoveryAction.objects.get(task=task)
     assert action.kind == "continuation" and action.status == "open" and action.cause == "auto_resume_off"
     return action

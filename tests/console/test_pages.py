@@ -14,23 +14,13 @@ from recovery.supervisor.loop import supervise_once
 from recovery.triage import BoardFilter, board_count
 from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause
+from tests.console.board_scenarios import bulk_tasks, row_ids
 from tests.console.scenarios import SAFE_PLAN, claim, running_task, unknown_outcome_action
 from tests.factories import make_member
 
 pytestmark = pytest.mark.django_db
 
 NEXT_LINK = re.compile(r'<a href="([^"]*cursor=[^"]*)">Older tasks →</a>')
-
-
-def row_ids(content: str) -> list[int]:
-    return [int(x) for x in re.findall(r'<tr id="task-(\d+)"', content)]
-
-
-def bulk_tasks(org, agent, n: int, *, title: str = "bulk", **fields) -> list[int]:
-    Task.objects.bulk_create(
-        [Task(org=org, agent=agent, title=f"{title} {i:04d}", **fields) for i in range(n)], batch_size=500
-    )
-    return list(Task.objects.filter(org=org, title__startswith=f"{title} ").values_list("pk", flat=True))
 
 
 # --- sign-in -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from django.utils import timezone
 from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import RecoveryAction, RecoveryAttempt
 from tasks.models import Run, Step, Task
+from tests.console.board_scenarios import bulk_board, write_plan
 from tests.console.scenarios import running_task, unknown_outcome_action
 
 pytestmark = pytest.mark.django_db
@@ -24,10 +25,6 @@ pytestmark = pytest.mark.django_db
 BOARD_QUERIES = 17
 TASK_PAGE_QUERIES = 33
 RUN_PAGE_QUERIES = 14
-
-
-def write_plan(steps: int) -> dict:
-    return {"steps": [{"tool": "file_write", "args": {"path": f"f{seq}.txt", "content": "x"}} for seq in range(steps)]}
 
 
 def bulk_chain(task: Task, *, runs: int, steps: int) -> list[Run]:
@@ -133,81 +130,6 @@ def bulk_chain(task: Task, *, runs: int, steps: int) -> list[Run]:
     )
     Task.objects.filter(pk=task.pk).update(status="blocked", budget_used=(per_run - 1) * runs)
     return chain
-
-
-def bulk_board(org, agent, n: int) -> None:
-    """n tasks: a third done, a third waiting on a decision, a third paused with their run queued."""
-    now = timezone.now()
-    tasks = Task.objects.bulk_create(
-        [
-            Task(
-                org=org,
-                agent=agent,
-                title=f"bulk {i:04d}",
-                status=("done", "blocked", "todo")[i % 3],
-                paused=i % 3 == 2,
-            )
-            for i in range(n)
-        ],
-        batch_size=500,
-    )
-    plan = write_plan(2)
-    runs = Run.objects.bulk_create(
-        [
-            Run(
-                org=org,
-                task=task,
-                agent=agent,
-                input=plan,
-                status=("succeeded", "interrupted", "queued")[i % 3],
-                lease_owner="" if i % 3 == 2 else "w1/a",
-                lease_epoch=0 if i % 3 == 2 else 1,
-                started_at=None if i % 3 == 2 else now,
-                finished_at=None if i % 3 == 2 else now,
-            )
-            for i, task in enumerate(tasks)
-        ],
-        batch_size=500,
-    )
-    Step.objects.bulk_create(
-        [
-            Step(
-                run=run,
-                seq=seq,
-                tool="file_write",
-                args=plan["steps"][seq - 1]["args"],
-                recovery_mode="notify",
-                phase="dispatched" if (i % 3 == 1 and seq == 2) else "completed",
-                result=None if (i % 3 == 1 and seq == 2) else {"written": seq},
-                planned_at=now,
-                dispatched_at=now,
-                completed_at=None if (i % 3 == 1 and seq == 2) else now,
-            )
-            for i, run in enumerate(runs)
-            if i % 3 != 2
-            for seq in (1, 2)
-        ],
-        batch_size=500,
-    )
-    RecoveryAction.objects.bulk_create(
-        [
-            RecoveryAction(
-                org=org,
-                task_id=run.task_id,
-                run=run,
-                kind="unknown_outcome",
-                cause="unknown_outcome",
-                evidence={"seq": 2, "tool": "file_write", "args": plan["steps"][1]["args"]},
-                seq=2,
-                original_owner=agent,
-                recovery_owner="role:operator",
-                due_at=now + timedelta(days=1),
-            )
-            for i, run in enumerate(runs)
-            if i % 3 == 1
-        ],
-        batch_size=500,
-    )
 
 
 def by_services(org, operator) -> None:

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tasks.models import Event, Run, Step
-from tests.console.scenarios import lapse_and_supervise, unknown_outcome_action
+from tests.console.scenarios import expire_leases_and_supervise, unknown_outcome_action
 from tests.recovery import engine
 from tests.recovery.engine import SAFE
 
@@ -55,7 +55,7 @@ def test_the_task_header_offers_start_over_naming_the_risk_and_refuses_without_c
 def test_a_viewer_posting_start_over_is_refused_in_the_header(org, agent, login, viewer):
     task = engine.start(org, [SAFE])
     engine.crash_after_dispatch(engine.first_run(task), 1)
-    lapse_and_supervise()
+    expire_leases_and_supervise()
     before = counts()
     response = login(viewer).post(f"/tasks/{task.pk}/start-over/", {}, **HX)
     assert response.status_code == 403 and "operator role" in response.content.decode()

@@ -10,8 +10,8 @@ from recovery.actions.commands import actions_settle
 from recovery.models import RecoveryAction, SavedView
 from tasks.models import Task
 from tasks.services import run_request_stop, task_create, task_pause
+from tests.console.board_scenarios import bulk_tasks, failed_task, interrupted_twice, row_ids
 from tests.console.scenarios import SAFE_PLAN, running_task, unknown_outcome_action
-from tests.console.test_pages import bulk_tasks, row_ids
 from tests.factories import make_agent, make_member
 from tests.helpers import visible_text
 
@@ -103,7 +103,7 @@ def test_the_navigation_count_hides_another_persons_private_task_and_stops_at_99
     login, org, agent, operator, admin_user, triage
 ):
     from recovery import triage as triage_module
-    from tests.console.test_query_counts import bulk_board
+    from tests.console.board_scenarios import bulk_board
 
     oscar = make_member(org, "oscar", "operator")
     unknown_outcome_action(org, title="olive's own", private=True, creator=operator)
@@ -203,35 +203,6 @@ def test_a_stranger_cannot_select_another_organizations_task(login, other_org, t
 
 
 # --- follow-through, attempts, search (issue 20) ---------------------------------------------
-
-
-def failed_task(org, *, title: str, error: str):
-    """A run whose second step failed with `error`, ended failed by its worker: nothing moves the task on."""
-    from tasks.services import run_finish, step_complete, step_dispatch, step_plan
-    from tests.console.scenarios import WRITE_PLAN, checkpoint, claim
-
-    task = task_create(org=org, actor="t", title=title, agent="builder", input=WRITE_PLAN)
-    run = claim(task)
-    checkpoint(run, 1, dispatch_last=False)
-    worker, epoch = run.lease_worker, run.lease_epoch
-    step_plan(worker=worker, run_id=run.pk, epoch=epoch, seq=2, tool="file_write", args={"path": "q3-summary.md"})
-    step_dispatch(worker=worker, run_id=run.pk, epoch=epoch, seq=2)
-    step_complete(worker=worker, run_id=run.pk, epoch=epoch, seq=2, ok=False, error=error)
-    run_finish(worker=worker, run_id=run.pk, epoch=epoch, status="failed", error_code="step_failed", detail=error)
-    return task, run
-
-
-def interrupted_twice(org, *, title: str):
-    """The same step cut off in two runs of one chain: the supervisor exhausts the chain's recovery."""
-    from tests.console.scenarios import SAFE_PLAN, checkpoint, claim, lapse_and_supervise
-
-    task = task_create(org=org, actor="t", title=title, agent="builder", input=SAFE_PLAN)
-    for _ in range(2):
-        checkpoint(claim(task), 0)
-        lapse_and_supervise()
-    action = RecoveryAction.objects.get(task=task, status="exhausted")
-    assert action.exhaustion == "interrupted_twice"
-    return task
 
 
 def row_of(content: str, task_id: int) -> str:

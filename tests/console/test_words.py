@@ -7,8 +7,8 @@ import pytest
 
 from recovery.models import RecoveryAction
 from recovery.words import args_text, error_text, os_error_text, reason_text
+from tests.console.board_scenarios import failed_task, interrupted_twice
 from tests.console.scenarios import unknown_outcome_action
-from tests.console.test_triage import failed_task, interrupted_twice
 from tests.helpers import outer_html, visible_text
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from tasks.models import Run
-from tests.live.test_browser_live import WAIT, open_live, signed_in
+from tests.live.browser_pages import WAIT, open_live, signed_in
 from tests.recovery import engine as e
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

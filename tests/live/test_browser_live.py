@@ -4,7 +4,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -14,11 +13,11 @@ from tasks.events import last_event_id
 from tasks.models import Run
 from tasks.services import leases_expire, task_create
 from tests.console.scenarios import WRITE_PLAN, checkpoint, claim, unknown_outcome_action
+from tests.live.browser_pages import WAIT, open_live, signed_in
 from tests.processes import Server, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-WAIT = 10_000  # ms
 
 # Record every text of the indicator and every status of each card, so a test can
 # tell what the page showed on the way, not only where it ended.
@@ -56,24 +55,6 @@ def normalize(html: str) -> str:
 
 def cards_of(page) -> dict[str, str]:
     return {element_id: normalize(html) for element_id, html in page.evaluate(CARDS)}
-
-
-def signed_in(browser, server: Server, user):
-    client = Client()
-    client.force_login(user)
-    context = browser.new_context(base_url=server.url)
-    context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.url}])
-    return context
-
-
-def open_live(context, path: str):
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.errors = errors
-    page.goto(path)
-    expect(page.locator("#live-indicator")).to_have_text("Live", timeout=WAIT)
-    return page
 
 
 def test_a_decision_in_one_tab_appears_in_another_without_a_reload(

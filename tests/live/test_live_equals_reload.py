@@ -31,7 +31,7 @@ from tasks.models import Event, Message, Run, Task
 from tasks.services import messages_ack, run_heartbeat, run_request_stop, task_pause, task_resume
 from tests.factories import make_agent
 from tests.helpers import outer_html, visible_text
-from tests.live.test_consumers import connect, cursor_of, live_settings, page_html  # noqa: F401 (a fixture)
+from tests.live.sockets import connect, cursor_of, live_settings, page_html  # noqa: F401 (a fixture)
 from tests.recovery import engine as e
 from tests.recovery.workdisk import crash_at, edit_by_hand, validation_action
 

@@ -17,7 +17,11 @@ from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
 from tests.factories import make_member
 from tests.helpers import visible_text
-from tests.live.test_consumers import ORIGIN, live_settings, receive_page  # noqa: F401
+from tests.live.sockets import (
+    ORIGIN,
+    live_settings,  # noqa: F401 (an autouse fixture)
+    receive_page,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,13 @@ from channels.db import database_sync_to_async
 from console.consumers import CLOSE_THROTTLED, RESYNC_BURST, ResyncBudget, cursor_value
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
-from tests.live.test_consumers import connect, is_warnings, live_settings, receive_until, subscribed  # noqa: F401
+from tests.live.sockets import (
+    connect,
+    is_warnings,
+    live_settings,  # noqa: F401 (an autouse fixture)
+    receive_until,
+    subscribed,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from recovery.actions.commands import action_decide
 from recovery.bulk.operations import bulk_advance, bulk_batch, bulk_execute, bulk_preview
 from tests.helpers import outer_html
-from tests.live.test_consumers import (  # noqa: F401 (fixture)
+from tests.live.sockets import (  # noqa: F401 (fixture)
     close_code,
     connect,
     live_settings,

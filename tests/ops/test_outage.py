@@ -4,7 +4,6 @@ server stopped and started again, or (PostgreSQL) the database cut off behind a 
 which it is: the database unreachable (`database_unavailable`), not every connection in use (`database_busy`)."""
 
 import subprocess
-import sys
 import time
 
 import httpx
@@ -15,9 +14,10 @@ from django.test import Client
 from recovery.models import RecoveryAction
 from tasks.models import Event, Run, Step
 from tasks.services import task_create
+from tests import processes
 from tests.factories import user_token, worker_token
 from tests.helpers import plan
-from tests.processes import ROOT, Server, TcpProxy, child_env, database_url, wait_for
+from tests.processes import Server, TcpProxy, database_url, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -27,14 +27,7 @@ WRITE_AFTER_A_WHILE = plan(("bash", {"command": "sleep 3 && echo done > out.txt"
 
 
 def start_worker(server: Server, token: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--once", "--label", "outage"],
-        cwd=ROOT,
-        env=child_env(CONSOLE_URL=server.url, CONSOLE_WORKER_TOKEN=token, **LEASE),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return processes.start_worker(server, token, label="outage", **LEASE)
 
 
 def finished(proc: subprocess.Popen) -> str:

@@ -2,16 +2,16 @@
 time whatever the tool does, and a command's output never takes the worker's memory."""
 
 import subprocess
-import sys
 import time
 
 import pytest
 
 from tasks.models import Run, Step
 from tasks.services import run_request_stop, task_create
+from tests import processes
 from tests.factories import worker_token
 from tests.helpers import plan
-from tests.processes import ROOT, child_env, wait_for
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -30,21 +30,7 @@ def started():
 
 
 def start_worker(server, token: str, started: list) -> subprocess.Popen:
-    env = child_env(
-        CONSOLE_URL=server.url,
-        CONSOLE_WORKER_TOKEN=token,
-        CONSOLE_HEARTBEAT_SECONDS=1,
-        CONSOLE_LEASE_SECONDS=3,
-        CONSOLE_WORKER_DRAIN_SECONDS=DRAIN,
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--once", "--label", "bounds"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = processes.start_worker(server, token, label="bounds", CONSOLE_WORKER_DRAIN_SECONDS=DRAIN)
     started.append(proc)
     return proc
 

@@ -12,7 +12,7 @@ from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import WorkerInstance
 from tests.factories import make_member
-from tests.live.test_consumers import connect, live_settings, receive_until, subscribed  # noqa: F401 (the fixture)
+from tests.live.sockets import connect, live_settings, receive_until, subscribed  # noqa: F401 (the fixture)
 from tests.recovery.engine import SAFE, start, worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -2,7 +2,7 @@
 
 from recovery.models import RecoveryAction
 from tasks.services import task_create
-from tests.console.scenarios import WRITE_PLAN, checkpoint, claim, lapse_and_supervise
+from tests.console.scenarios import WRITE_PLAN, checkpoint, claim, expire_leases_and_supervise
 
 
 def unknown_outcomes(org, n: int, *, title: str = "post the invoice", agent: str = "builder") -> list[RecoveryAction]:
@@ -15,7 +15,7 @@ def unknown_outcomes(org, n: int, *, title: str = "post the invoice", agent: str
         task = task_create(org=org, actor="t", title=f"{title} {i + 1}", agent=agent, input=WRITE_PLAN)
         checkpoint(claim(task), 1)
         tasks.append(task)
-    lapse_and_supervise()
+    expire_leases_and_supervise()
     actions = list(RecoveryAction.objects.filter(task__in=tasks).order_by("task_id"))
     assert len(actions) == n and all(a.kind == "unknown_outcome" and a.status == "open" for a in actions)
     return actions
