@@ -210,7 +210,7 @@ class LiveConsumer(SocketConsumer):
         ):
             return "", after
         cursor = events.last_event_id()
-        html = live.render_page_for(live.fresh(self.user), self.page, self.obj_id, self.filters, self.role)
+        html = live.render_page_for(live.forget_memberships(self.user), self.page, self.obj_id, self.filters, self.role)
         notice = live.notice_fragment() if reconnect else ""
         return html + notice + live.cursor_fragment(cursor), cursor
 
@@ -242,7 +242,7 @@ class LiveConsumer(SocketConsumer):
         user and page): close with 4403 if it is gone, else take the role and privacy."""
         if not self.subscribed:
             return False
-        live.fresh(self.user)  # renders re-read the memberships of this socket's user
+        live.forget_memberships(self.user)  # renders re-read the memberships of this socket's user
         if not access.ok:
             relay.unsubscribe(self)
             self.subscribed = False

@@ -97,7 +97,7 @@ class Access:
     private: bool = False
 
 
-def fresh(user):
+def forget_memberships(user):
     """Drop cached memberships, so a role change or removal is seen."""
     user.__dict__.pop("_console_memberships", None)
     return user
@@ -164,7 +164,7 @@ def admit(session_key: str | None, page: str, obj_id: int | None) -> Admission:
 
 
 def check_access(user, page: str, obj_id: int | None) -> Access:
-    fresh(user)
+    forget_memberships(user)
     if page == "workers":
         return Access(bool(memberships_of(user)))
     if page in ("board", "inbox"):

@@ -26,7 +26,7 @@ REFRESH_SECONDS = 2.0
 
 def render_update(user, *, reconnect: bool = False) -> str | None:
     """The page's body and the header warnings as out-of-band swaps; None once access is gone."""
-    live.fresh(user)
+    live.forget_memberships(user)
     if not memberships_of(user):
         return None
     html = ops.render_workers_body(user, oob=True).strip() + alerts.render_alerts(user, oob=True).strip()
