@@ -1,50 +1,25 @@
 """The README's agent example, run as the README says, against a live console."""
 
-import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tasks.models import Run
 from tests.factories import user_token
-from tests.processes import ROOT, child_env, wait_for
+from tests.processes import ROOT
 from tests.sdk.conftest import agent_task
+from tests.sdk.drive import readme_code, serve_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Agents on the SDK") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 def test_the_readme_example_serves_an_agent_run_to_its_output(
     daphne_server, org, coder, token, admin_user, make_token_client, tmp_path
 ):
-    code = readme_example()
+    code = readme_code(ROOT / "README.md", "## Agents on the SDK")
     assert len([line for line in code.splitlines() if line.strip()]) <= 32  # short, as ruff formats it
-    script = tmp_path / "agent.py"
-    script.write_text(code)
     task, run = agent_task(org, "Write notes.md")
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=child_env(CONSOLE_URL=daphne_server.url, CONSOLE_WORKER_TOKEN=token),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_for(lambda: Run.objects.filter(pk=run.pk, status="succeeded").exists(), timeout=30, what="the run")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, out
-    run.refresh_from_db()
+    out = serve_script(code, tmp_path, daphne_server, token, run)
+    assert run.status == "succeeded", (run.error_detail, out)
     assert run.output == "notes.md is written"
     assert list(run.steps.order_by("seq").values_list("seq", "tool", "phase")) == [
         (1, "model", "completed"),

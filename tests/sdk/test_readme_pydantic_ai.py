@@ -1,16 +1,11 @@
 """The READMEs' pydantic-ai example, run as they say, against a live console."""
 
-import re
-import signal
-import subprocess
-import sys
-
 import pytest
 
-from tasks.models import Run
 from tests.factories import user_token
-from tests.processes import ROOT, child_env, wait_for
+from tests.processes import ROOT
 from tests.sdk.conftest import agent_task
+from tests.sdk.drive import readme_code, serve_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -18,9 +13,7 @@ HEADING = "An existing pydantic-ai agent under the console"
 
 
 def example(readme) -> str:
-    text = readme.read_text()
-    section = text[text.index(HEADING) :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return readme_code(readme, HEADING)
 
 
 def test_both_readmes_show_the_same_example():
@@ -32,28 +25,8 @@ def test_the_readme_pydantic_ai_example_serves_an_agent_run_to_its_output(
 ):
     code = example(ROOT / "README.md")
     assert len(code.splitlines()) <= 30
-    script = tmp_path / "invoicer.py"
-    script.write_text(code)
     _, run = agent_task(org, "Invoice Ada for 120")
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=child_env(CONSOLE_URL=daphne_server.url, CONSOLE_WORKER_TOKEN=token),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_for(
-            lambda: Run.objects.filter(pk=run.pk, status__in=("succeeded", "failed")).exists(),
-            timeout=30,
-            what="the run",
-        )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, out
-    run.refresh_from_db()
+    out = serve_script(code, tmp_path, daphne_server, token, run)
     assert run.status == "succeeded", (run.error_detail, out)
     # The model's turns and both tools' calls were steps; the agent's answer is the run's output.
     steps = list(run.steps.order_by("seq").values_list("tool", "recovery_mode", "phase"))
