@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, bulk_views, ops, triage_views, views
+from console import accounts, bulk_views, notification_views, ops, triage_views, views
+from recovery.api import notifications as notifications_api
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -46,6 +47,10 @@ api = [
     path("export-roots/", tasks_api.ExportRootListView.as_view(), name="api-export-roots"),
     path("export-roots/<int:root_id>/", tasks_api.ExportRootDetailView.as_view(), name="api-export-root"),
     path("agents/<str:name>/settings/", recovery_api.AgentSettingsView.as_view(), name="api-agent-settings"),
+    path(
+        "notifications/destinations/", notifications_api.DestinationListView.as_view(), name="api-notify-destinations"
+    ),
+    path("notifications/deliveries/", notifications_api.DeliveryListView.as_view(), name="api-notify-deliveries"),
     path("runner/claim/", tasks_api.ClaimView.as_view(), name="runner-claim"),
     path("runner/runs/<int:run_id>/heartbeat/", tasks_api.HeartbeatView.as_view(), name="runner-heartbeat"),
     path("runner/runs/<int:run_id>/steps/", tasks_api.StepPlanView.as_view(), name="runner-step-plan"),
@@ -109,6 +114,17 @@ urlpatterns = [
     path("settings/sign-in/unlock/", views.settings_signin_unlock, name="settings-signin-unlock"),
     path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
     path("settings/exports/", views.settings_exports, name="settings-exports"),
+    path("settings/notifications/", notification_views.settings_notifications, name="settings-notifications"),
+    path(
+        "settings/notifications/<int:destination_id>/enable/",
+        notification_views.settings_notifications_enable,
+        name="settings-notifications-enable",
+    ),
+    path(
+        "settings/notifications/<int:destination_id>/remove/",
+        notification_views.settings_notifications_remove,
+        name="settings-notifications-remove",
+    ),
     path("settings/exports/<int:root_id>/remove/", views.settings_exports_remove, name="settings-exports-remove"),
     path("workers/", ops.workers_page, name="workers"),
     path("healthz", ops.healthz, name="healthz"),

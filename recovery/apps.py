@@ -6,6 +6,8 @@ class RecoveryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from recovery import notify
         from recovery.actions import settle
 
         settle.register()
+        notify.register()

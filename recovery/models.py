@@ -355,3 +355,108 @@ class SavedView(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.user})"
+
+
+# --- notifications and decision deadlines (DESIGN §14) ------------------------------------
+
+
+class DestinationKind(models.TextChoices):
+    WEBHOOK = "webhook"  # an HTTP POST signed as the Standard Webhooks scheme describes
+    APPRISE = "apprise"  # chat and mail through the `apprise` library (its URL names the service)
+
+
+# What a destination may ask to be told (API.md, "Power tools").
+NOTICE_TYPES = ("decision_waiting", "exhausted", "repair_waiting", "breaker_opened", "deadline_passed")
+
+
+class NotificationDestination(models.Model):
+    """Where an organization's notices go, and which of them.
+
+    `url` and `secret` are stored as given (the supervisor needs both to deliver and sign); neither is ever shown
+    back after saving: pages and the API show `url` redacted (recovery.notify.redacted) and `secret` only in
+    the answer that created it. After `CONSOLE_NOTIFY_FAILING_AFTER` deliveries in a row were given up,
+    `failing_since` is set: the destination is shown failing and gets no new deliveries until an admin
+    turns it on again.
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="notification_destinations")
+    kind = models.CharField(max_length=8, choices=DestinationKind.choices)
+    url = models.CharField(max_length=2000)
+    secret = models.CharField(max_length=100)
+    events = models.JSONField(default=list)
+    enabled = models.BooleanField(default=True)
+    # Deliveries given up in a row (a delivered one resets it), and since when it counts as failing.
+    failures = models.PositiveIntegerField(default=0)
+    failing_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["org_id", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=DestinationKind.values), name="destination_kind_valid"),
+        ]
+
+    def __str__(self):
+        return f"destination #{self.pk} {self.kind}"
+
+
+class DeliveryStatus(models.TextChoices):
+    """pending → delivered | failed (a try failed; another follows at `next_attempt_at`) | given_up;
+    failed → delivered | failed | given_up."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    GIVEN_UP = "given_up"
+
+
+DELIVERY_DUE = (DeliveryStatus.PENDING, DeliveryStatus.FAILED)
+
+
+class NotificationDelivery(models.Model):
+    """One notice to one destination: the outbox row written in the transaction of the event it tells of.
+
+    Unique per (destination, event): a notice is sent once per event. The supervisor claims a due row by moving
+    `next_attempt_at` past the try (a compare-and-set on `attempts`), posts with nothing locked, and records the
+    try in `tries` (`{"at", "status", "error"}`) with the delivery's move.
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    destination = models.ForeignKey(NotificationDestination, on_delete=models.CASCADE, related_name="deliveries")
+    notice = models.CharField(max_length=20)
+    event_id = models.BigIntegerField()
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.CharField(max_length=500, blank=True)
+    tries = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["next_attempt_at"], condition=Q(status__in=DELIVERY_DUE), name="delivery_due"),
+            models.Index(fields=["org", "-id"], name="delivery_org_recent"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["destination", "event_id"], name="delivery_once_per_event"),
+            models.CheckConstraint(condition=Q(status__in=DeliveryStatus.values), name="delivery_status_valid"),
+        ]
+
+    def __str__(self):
+        return f"delivery #{self.pk} {self.notice} ({self.status})"
+
+
+class OverdueDecision(models.Model):
+    """A waiting decision found past its organization's deadline: written once per action (the unique action
+    settles two supervisors), in the transaction of its `decision_overdue` event. It decides nothing."""
+
+    action = models.OneToOneField(RecoveryAction, on_delete=models.CASCADE, related_name="overdue")
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    deadline_seconds = models.PositiveIntegerField()
+    noticed_at = models.DateTimeField(auto_now_add=True)

@@ -11,6 +11,8 @@ from recovery.models import (
     BulkOperation,
     BulkResult,
     BulkStatus,
+    DeliveryStatus,
+    NotificationDelivery,
     RecoveryAction,
     RecoveryAttempt,
 )
@@ -66,4 +68,17 @@ BULK_ITEMS = Machine(
     {BulkResult.PENDING: frozenset({BulkResult.APPLIED, BulkResult.SKIPPED, BulkResult.FAILED})},
     "bulk item",
     field="result",
+)
+
+D = DeliveryStatus
+
+# A notification delivery (recovery.notify): pending → delivered | failed | given_up; a failed try is tried again
+# (failed → failed) until it is delivered or given up.
+DELIVERIES = Machine(
+    NotificationDelivery,
+    {
+        D.PENDING: frozenset({D.DELIVERED, D.FAILED, D.GIVEN_UP}),
+        D.FAILED: frozenset({D.DELIVERED, D.FAILED, D.GIVEN_UP}),
+    },
+    "notification delivery",
 )

@@ -67,6 +67,12 @@ KINDS: dict[str, str] = {
     "action_repaired": "an admin ran a workspace repair",
     "action_repair_task_opened": "an admin opened a repair task for a workspace action",
     "action_returned": "a workspace action returned to its owner when its repair task was done",
+    # decision deadlines (recovery/notify.py)
+    "decision_overdue": "a decision has waited past its organization's deadline (it is still waiting)",
+    # notification destinations (recovery/notify.py)
+    "notify_destination_added": "an admin added a notification destination",
+    "notify_destination_enabled": "an admin turned a failing notification destination on again",
+    "notify_destination_removed": "an admin removed a notification destination",
     # workspaces (recovery/workspaces/exports.py)
     "workspace_exported": "a run's workspace was copied to its export destination",
     "workspace_export_failed": "copying a run's workspace to its export destination failed",

@@ -1,4 +1,6 @@
-"""The one way an Event is written."""
+"""The one way an Event is written, and the listeners called with each one in its transaction."""
+
+from collections.abc import Callable
 
 from django.db.models import Max
 
@@ -19,6 +21,17 @@ def actor_name(actor) -> str:
     return getattr(actor, "username", None) or str(actor)
 
 
+# Called with every appended Event, inside its transaction. `tasks` may not import `recovery`, so recovery registers
+# its listener here when its app is ready (recovery/apps.py): the notification outbox (recovery/notify.py) writes
+# its delivery rows in the transaction of the event they tell of. A listener must cost nothing for kinds it ignores.
+_appended: list[Callable[[Event], None]] = []
+
+
+def on_appended(listener: Callable[[Event], None]) -> None:
+    if listener not in _appended:
+        _appended.append(listener)
+
+
 def last_event_id() -> int:
     """The newest Event's id (0 before the first): a page drawn after reading it is pushed every later change."""
     return Event.objects.aggregate(m=Max("id"))["m"] or 0
@@ -33,7 +46,7 @@ def event_append(
     NOTIFYs (migration tasks 0009), which PostgreSQL delivers once per
     transaction, on commit. It only wakes them early; they poll regardless.
     """
-    return Event.objects.create(
+    event = Event.objects.create(
         org_id=org_id,
         task_id=task_id,
         run_id=run_id,
@@ -41,3 +54,6 @@ def event_append(
         actor=actor_name(actor),
         payload=payload or {},
     )
+    for listener in _appended:
+        listener(event)
+    return event

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from recovery import notify
 from recovery.action_log import action_open_for
 from recovery.actions.commands import actions_settle, handovers_run
 from recovery.actions.continuations import continuation_create
@@ -46,6 +47,8 @@ class PassReport:
     purged: list[int] = field(default_factory=list)
     exported: list[int] = field(default_factory=list)
     forgotten: int = 0  # idempotency records purged
+    overdue: list[int] = field(default_factory=list)  # decisions newly past their deadline (still open)
+    notified: dict = field(default_factory=dict)  # notification deliveries moved, per status
     # Duties that failed in this pass (name -> count): logged and counted, never fatal.
     failed: Counter = field(default_factory=Counter)
 
@@ -58,6 +61,8 @@ class PassReport:
             or self.opened
             or self.admitted
             or self.exported
+            or self.overdue
+            or any(self.notified.values())
             or any(self.settled.values())
         )
 
@@ -239,6 +244,11 @@ def _pass(*, label: str, exports: bool) -> PassReport:
     with _duty("actions_settle", report):
         report.settled = actions_settle()
         report.settled["handed"] = handed
+    # Decisions past their deadline are noticed (never decided); then what the outbox holds is sent (DESIGN §14).
+    with _duty("overdue_notice", report):
+        report.overdue = notify.overdue_notice()
+    with _duty("deliveries_run", report):
+        report.notified = notify.deliveries_run()
     with _duty("messages_admit", report):
         report.admitted = messages_admit(budget=budget)
     with _duty("checkpoints_purge", report):

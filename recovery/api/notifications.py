@@ -1,0 +1,106 @@
+"""The notifications API (API.md, Power tools): destinations and the delivery log, for admins.
+
+A destination's signing secret is in the 201 that created it and nowhere else; that answer is not kept as an
+idempotent replay either (a replay would show the secret again), so a repeated POST adds another destination.
+"""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from recovery import notify
+from tasks.api import BaseAPIView
+from tasks.auth import IsPerson
+from tasks.authz import require_role
+from tasks.errors import Invalid, NotFound
+from tasks.models import Role
+from tasks.selectors import memberships_of
+
+
+def _org(request) -> int:
+    """The organization asked for (`org`, a slug) or the person's first; NotFound for one they are not in."""
+    data = request.data if isinstance(request.data, dict) else {}
+    slug = request.query_params.get("org") or data.get("org")
+    ms = memberships_of(request.user)
+    m = next((m for m in ms if m.org.slug == slug), None) if slug else (ms[0] if ms else None)
+    if m is None:
+        raise NotFound("No such organization.")
+    require_role(request.user, m.org_id, Role.ADMIN)
+    return m.org_id
+
+
+_DESTINATION = inline_serializer(
+    "NotificationDestination",
+    {
+        "id": serializers.IntegerField(),
+        "kind": serializers.ChoiceField(choices=["webhook", "apprise"]),
+        "url": serializers.CharField(help_text="redacted: scheme and host only"),
+        "events": serializers.ListField(child=serializers.CharField()),
+        "enabled": serializers.BooleanField(),
+        "failing": serializers.BooleanField(),
+        "failures": serializers.IntegerField(),
+        "last_error": serializers.CharField(),
+        "secret": serializers.CharField(required=False, help_text="only in the 201 that created it"),
+    },
+)
+
+
+class DestinationListView(BaseAPIView):
+    """`GET` the organization's notification destinations (never their secrets); `POST` adds one (admin)."""
+
+    permission_classes = [IsPerson]
+
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=_DESTINATION)
+    def get(self, request):
+        org_id = _org(request)
+        return Response({"results": [notify.destination_data(d) for d in notify.destinations(org_id)], "next": None})
+
+    @extend_schema(
+        request=inline_serializer(
+            "NotificationDestinationIn",
+            {
+                "kind": serializers.ChoiceField(choices=["webhook", "apprise"]),
+                "url": serializers.CharField(),
+                "events": serializers.ListField(child=serializers.CharField()),
+            },
+        ),
+        responses={201: _DESTINATION},
+    )
+    def post(self, request):
+        org_id = _org(request)
+        if not isinstance(request.data, dict):
+            raise Invalid("The body is a JSON object with kind, url and events.")
+        dest, secret = notify.destination_add(
+            actor=request.user,
+            org_id=org_id,
+            kind=request.data.get("kind"),
+            url=request.data.get("url"),
+            events=request.data.get("events"),
+        )
+        return Response({**notify.destination_data(dest), "secret": secret}, status=status.HTTP_201_CREATED)
+
+
+class DeliveryListView(BaseAPIView):
+    """`GET` the organization's newest notification deliveries, each with its tries (admin)."""
+
+    permission_classes = [IsPerson]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("org", str)],
+        responses=inline_serializer(
+            "NotificationDelivery",
+            {
+                "id": serializers.IntegerField(),
+                "destination": serializers.IntegerField(),
+                "event": serializers.CharField(),
+                "task": serializers.IntegerField(allow_null=True),
+                "attempts": serializers.IntegerField(),
+                "status": serializers.ChoiceField(choices=["pending", "delivered", "failed", "given_up"]),
+                "last_error": serializers.CharField(),
+                "tries": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+    )
+    def get(self, request):
+        org_id = _org(request)
+        return Response({"results": [notify.delivery_data(d) for d in notify.deliveries(org_id)], "next": None})
