@@ -9,7 +9,7 @@ from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 
 from console.start_over_card import start_over_context
-from recovery import conversation, presenter
+from recovery import conversation, notify, presenter
 from recovery.actions import followups
 from recovery.actions.start_over import duplicate_risk
 from recovery.api.shapes import action_view_of
@@ -336,7 +336,12 @@ def task_row_context(task: Task, user) -> dict:
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
     attempts, attempts_title = presenter.row_attempts(lead, current)
+    deadline = notify.deadline_seconds()
+    overdue = any(notify.is_overdue(a, deadline=deadline) for a in waiting)
     return {
+        "overdue": overdue,
+        "overdue_text": presenter.overdue_text(deadline) if overdue else "",
+        "overdue_badge": presenter.OVERDUE_BADGE,
         "attempts": attempts,
         "attempts_title": attempts_title,
         "since": min(opened) if opened else task.updated_at,

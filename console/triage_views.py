@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from console import cards
 from console.views import TABS, bad_request, refused
-from recovery import presenter, triage
+from recovery import notify, presenter, triage
 from recovery.rules.bulk import ACTIONS
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, ServiceError
@@ -132,16 +132,24 @@ def render_board_refusal(request, params, error: ServiceError, typed: dict):
 
 def inbox_context(user) -> dict:
     actions = triage.inbox_actions(user)
+    deadline = notify.deadline_seconds()
     items = [
         {
             "action": a,
+            "overdue": notify.is_overdue(a, deadline=deadline),
+            "overdue_text": presenter.overdue_text(deadline),
             "badge": presenter.TASK_STATES["exhausted" if a.status == "exhausted" else "needs_decision"],
             "cause_text": presenter.cause(a.cause),
             "owner": presenter.owner(a.recovery_owner) or "operators",
         }
         for a in actions
     ]
-    return {"items": items, "inbox_total": len(items), "inbox_limit": triage.INBOX_LIMIT}
+    return {
+        "items": items,
+        "inbox_total": len(items),
+        "inbox_limit": triage.INBOX_LIMIT,
+        "overdue_badge": presenter.OVERDUE_BADGE,
+    }
 
 
 def render_inbox_list(user, *, oob: bool = False) -> str:

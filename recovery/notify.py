@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import time
+import warnings
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -111,6 +112,19 @@ def redacted(kind: str, url: str) -> str:
     return f"{parts.scheme or 'apprise'}://…"
 
 
+def _apprise():
+    """The `apprise` module with its plugins loaded. Loaded on first use: its plugins take a moment to load, and only
+    Apprise destinations need them. Its mail plugin imports the standard library's `imghdr`, deprecated since
+    Python 3.11 (a warning only, harmless here): loading the plugins once without it keeps it out of every log."""
+    import apprise  # on use, as said above
+    from apprise.plugins import N_MGR  # on use, as said above
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*imghdr.*", category=DeprecationWarning)
+        N_MGR.load_modules()
+    return apprise
+
+
 def _validate(kind, url, events) -> tuple[str, str, list[str]]:
     if kind not in DestinationKind.values:
         raise Invalid("The kind must be webhook or apprise.", code="invalid_kind", field="kind")
@@ -126,9 +140,7 @@ def _validate(kind, url, events) -> tuple[str, str, list[str]]:
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise Invalid("A webhook URL is an http:// or https:// address.", code="invalid_url", field="url")
     else:
-        import apprise  # loaded on use: its plugins take a moment to load, and only admins' saves need them here
-
-        if not apprise.Apprise().add(url):
+        if not _apprise().Apprise().add(url):
             raise Invalid("Apprise does not recognise this URL.", code="invalid_url", field="url")
     if (
         not isinstance(events, list)
@@ -366,8 +378,7 @@ def _post_webhook(d: NotificationDelivery, dest: NotificationDestination) -> tup
 
 
 def _notify_apprise(d: NotificationDelivery, dest: NotificationDestination) -> tuple[int | None, str]:
-    import apprise  # loaded on use: its plugins take a moment to load, and only Apprise deliveries need them
-
+    apprise = _apprise()
     data = d.payload.get("data", {})
     title, body = presenter.notice_message(
         d.notice, task_id=data.get("task"), title=data.get("title", ""), url=data.get("url", "")

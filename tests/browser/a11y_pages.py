@@ -17,8 +17,9 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from console.views import TABS
+from recovery import notify
 from recovery.actions.commands import action_decide, actions_settle
-from recovery.models import HeldCopy
+from recovery.models import NOTICE_TYPES, HeldCopy, NotificationDestination
 from recovery.modes import profile_update
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action
 from tests.factories import make_agent
@@ -51,6 +52,7 @@ def a11y_scenario(org, admin) -> A11yScenario:
     """Each kind of card, made through the real services."""
     # First: its crashes lapse every live lease, which would interrupt the settled card's continuation.
     diverged, export, held = workspace_scenario(org, admin)
+    notifications_scenario(org, admin)
     make_agent(org, "careful", auto_resume=False)
     exhausted = unknown_outcome_action(org, title="Post the invoice to the billing hook")
     actions_settle(now=timezone.now() + timedelta(days=3))  # before the others, which would age too
@@ -177,6 +179,26 @@ def workspace_scenario(org, admin):
     return made[0], RecoveryAction.objects.get(task=task, kind="workspace_export"), held
 
 
+def notifications_scenario(org, admin) -> None:
+    """A destination told of everything (the actions opened after it write its deliveries) and one failing."""
+    notify.destination_add(
+        actor=admin, org_id=org.pk, kind="webhook", url="http://127.0.0.1:9/hook", events=list(NOTICE_TYPES)
+    )
+    failing, _ = notify.destination_add(
+        actor=admin, org_id=org.pk, kind="webhook", url="https://hooks.example.com/acme", events=["exhausted"]
+    )
+    NotificationDestination.objects.filter(pk=failing.pk).update(
+        failures=3, failing_since=timezone.now(), last_error="ConnectError: connection refused"
+    )
+
+
+def notifications_delivered(page: Page) -> None:
+    """The admin added a destination: the page shows its signing secret, once."""
+    page.get_by_label("URL").fill("https://hooks.example.com/new")
+    page.get_by_role("button", name="Add destination").click()
+    expect(page.locator("#destination-secret")).to_contain_text("whsec_")
+
+
 def settings_asking_to_confirm(page: Page) -> None:
     """The admin moved careful's file_write to replay and saved: the form asks to confirm it, with a reason."""
     section = page.locator("details.profile[data-agent='careful']")
@@ -241,6 +263,14 @@ PAGES: list[Visit] = [
     Visit("sign-in locks refused", "/settings/sign-in/", roles=("viewer", "operator"), status=403),
     Visit("export roots", "/settings/exports/", roles=("admin",)),
     Visit("export roots refused", "/settings/exports/", roles=("viewer", "operator"), status=403),
+    Visit("notifications: destinations and the delivery log", "/settings/notifications/", roles=("admin",)),
+    Visit(
+        "notifications: a destination added, its secret shown once",
+        "/settings/notifications/",
+        roles=("admin",),
+        prepare=notifications_delivered,
+    ),
+    Visit("notifications refused", "/settings/notifications/", roles=("viewer", "operator"), status=403),
     Visit("board: search by an error's words", "/?q=disk"),
     Visit("page not found", "/no/such/page/", roles=ROLES, status=404),
     Visit("a task nobody can see", "/tasks/999999/", status=404),

@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from recovery.bulk.operations import bulk_preview
-from recovery.models import SavedView
+from recovery.models import NotificationDestination, SavedView
 from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
@@ -84,6 +84,12 @@ TABLE: dict[str, Row] = {
     # Export roots are their own organization's: globex's admin reads globex's, and cannot remove acme's (404).
     "settings-exports": Row("GET", "page", expect(302, 403, 403, 200, 200, 403, 403)),
     "settings-exports-remove": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), ("root_id",)),
+    # Notifications are the admin's own organization's: globex's admin reads globex's page, never acme's destination.
+    "settings-notifications": Row("GET", "page", expect(302, 403, 403, 200, 200, 403, 403)),
+    "settings-notifications-enable": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403),
+                                         ("destination_id",)),
+    "settings-notifications-remove": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403),
+                                         ("destination_id",)),
     "settings-signin-unlock": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), (),
                                   {"username": "olive"}, note="olive is no member of the other organization: 404"),
     "task-pause": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
@@ -175,6 +181,8 @@ TABLE: dict[str, Row] = {
     "api-bulk-retry-failed": Row("POST", "api", expect(401, 403, 409, 409, 404, 409, 403), ("op_id",)),
     "api-workers": Row("GET", "api", API_LIST),
     "api-export-roots": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
+    "api-notify-destinations": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
+    "api-notify-deliveries": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
     "api-export-root": Row("DELETE", "api", expect(401, 403, 403, 204, 404, 403, 403), ("root_id",)),
     "api-health": Row("GET", "api", API_LIST),
     "api-schema": Row("GET", "api", expect(200, 200, 200, 200, 200, 200, 200), note="public: it describes the API"),
@@ -265,6 +273,9 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     op = bulk_preview(user=operator, action="pause", ids=[action.task_id])
     view = SavedView.objects.create(user=operator, org=org, name="olive's view", params={"state": "all"})
     root = ExportRoot.objects.create(org=org, path="/srv/exports/acme", added_by="ada")
+    dest = NotificationDestination.objects.create(
+        org=org, kind="webhook", url="https://hooks.example.com/acme", secret="whsec_c2VjcmV0", created_by="ada"
+    )
 
     def ids(a):
         return {
@@ -277,6 +288,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "op_id": op.pk,
             "view_id": view.pk,
             "root_id": root.pk,
+            "destination_id": dest.pk,
         }
 
     def session(user, *, csrf=False):
