@@ -4,11 +4,12 @@ A destination's signing secret is in the 201 that created it and nowhere else; t
 idempotent replay either (a replay would show the secret again), so a repeated POST adds another destination.
 """
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from recovery import notify
+from recovery.models import NOTICE_TYPES
 from tasks.api import BaseAPIView
 from tasks.auth import IsPerson
 from tasks.authz import require_role
@@ -29,20 +30,58 @@ def _org(request) -> int:
     return m.org_id
 
 
-_DESTINATION = inline_serializer(
-    "NotificationDestination",
-    {
-        "id": serializers.IntegerField(),
-        "kind": serializers.ChoiceField(choices=["webhook", "apprise"]),
-        "url": serializers.CharField(help_text="redacted: scheme and host only"),
-        "events": serializers.ListField(child=serializers.CharField()),
-        "enabled": serializers.BooleanField(),
-        "failing": serializers.BooleanField(),
-        "failures": serializers.IntegerField(),
-        "last_error": serializers.CharField(),
-        "secret": serializers.CharField(required=False, help_text="only in the 201 that created it"),
-    },
-)
+class DestinationOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=["webhook", "apprise"])
+    url = serializers.CharField(help_text="redacted: a webhook's scheme and host, an Apprise URL's service")
+    events = serializers.ListField(child=serializers.ChoiceField(choices=list(NOTICE_TYPES)))
+    enabled = serializers.BooleanField()
+    failing = serializers.BooleanField()
+    failures = serializers.IntegerField()
+    last_error = serializers.CharField(allow_blank=True)
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class DestinationCreatedOut(DestinationOut):
+    secret = serializers.CharField(help_text="the signing secret (whsec_…): in this answer only, never again")
+
+
+class DestinationPageOut(serializers.Serializer):
+    results = DestinationOut(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class DestinationIn(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["webhook", "apprise"])
+    url = serializers.CharField(max_length=2000)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=list(NOTICE_TYPES)))
+    org = serializers.SlugField(required=False)
+
+
+class DeliveryTryOut(serializers.Serializer):
+    at = serializers.DateTimeField()
+    status = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+
+
+class DeliveryOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    destination = serializers.IntegerField()
+    event = serializers.ChoiceField(choices=list(NOTICE_TYPES))
+    event_id = serializers.IntegerField()
+    task = serializers.IntegerField(allow_null=True)
+    attempts = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["pending", "delivered", "failed", "given_up"])
+    last_error = serializers.CharField(allow_blank=True)
+    tries = DeliveryTryOut(many=True)
+    created_at = serializers.DateTimeField()
+    delivered_at = serializers.DateTimeField(allow_null=True)
+
+
+class DeliveryPageOut(serializers.Serializer):
+    results = DeliveryOut(many=True)
+    next = serializers.CharField(allow_null=True)
 
 
 class DestinationListView(BaseAPIView):
@@ -50,22 +89,12 @@ class DestinationListView(BaseAPIView):
 
     permission_classes = [IsPerson]
 
-    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=_DESTINATION)
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=DestinationPageOut)
     def get(self, request):
         org_id = _org(request)
         return Response({"results": [notify.destination_data(d) for d in notify.destinations(org_id)], "next": None})
 
-    @extend_schema(
-        request=inline_serializer(
-            "NotificationDestinationIn",
-            {
-                "kind": serializers.ChoiceField(choices=["webhook", "apprise"]),
-                "url": serializers.CharField(),
-                "events": serializers.ListField(child=serializers.CharField()),
-            },
-        ),
-        responses={201: _DESTINATION},
-    )
+    @extend_schema(request=DestinationIn, responses={201: DestinationCreatedOut})
     def post(self, request):
         org_id = _org(request)
         if not isinstance(request.data, dict):
@@ -85,22 +114,7 @@ class DeliveryListView(BaseAPIView):
 
     permission_classes = [IsPerson]
 
-    @extend_schema(
-        parameters=[OpenApiParameter("org", str)],
-        responses=inline_serializer(
-            "NotificationDelivery",
-            {
-                "id": serializers.IntegerField(),
-                "destination": serializers.IntegerField(),
-                "event": serializers.CharField(),
-                "task": serializers.IntegerField(allow_null=True),
-                "attempts": serializers.IntegerField(),
-                "status": serializers.ChoiceField(choices=["pending", "delivered", "failed", "given_up"]),
-                "last_error": serializers.CharField(),
-                "tries": serializers.ListField(child=serializers.DictField()),
-            },
-        ),
-    )
+    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=DeliveryPageOut)
     def get(self, request):
         org_id = _org(request)
         return Response({"results": [notify.delivery_data(d) for d in notify.deliveries(org_id)], "next": None})
