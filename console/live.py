@@ -229,7 +229,10 @@ def bulk_snapshot(user, op_id: int, filters: dict) -> str:
 
 
 # Event kinds after which what waits on a person (the inbox, its count) may differ.
-INBOX_EVENTS = frozenset({"member_set", "member_removed", "task_closed", "task_reopened", "task_reassigned"})
+# `decision_overdue`: the supervisor noticed a decision past its deadline, so open inboxes draw its overdue badge.
+INBOX_EVENTS = frozenset(
+    {"member_set", "member_removed", "task_closed", "task_reopened", "task_reassigned", "decision_overdue"}
+)
 
 
 def changes_inbox(kind: str) -> bool:
