@@ -13,6 +13,8 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from recovery import notify
+from recovery.actions.commands import actions_settle
 from recovery.models import NotificationDelivery, NotificationDestination, OverdueDecision, RecoveryAction
 from recovery.supervisor.loop import supervise_once
 from tasks.events import event_append
@@ -150,6 +152,36 @@ def test_a_waiting_decision_writes_one_delivery_per_destination_that_wants_it(or
             "url": f"https://console.example.com/tasks/{action.task_id}/",
         },
     }
+
+
+def test_an_exhaustion_is_told_to_those_who_want_exhaustions(org, admin_api, settings):
+    settings.CONSOLE_NOTIFY_PASS_SECONDS = 0
+    add(admin_api, url="https://a.example.com/", events=["exhausted"])
+    action = unknown_outcome_action(org, title="Post the invoice")
+    assert not NotificationDelivery.objects.exists()  # a waiting decision is not an exhaustion
+    actions_settle(now=timezone.now() + timedelta(days=3))  # its due time passed: exhausted
+    (delivery,) = NotificationDelivery.objects.all()
+    assert delivery.notice == "exhausted" and delivery.payload["data"]["state"] == "exhausted"
+    assert delivery.event_id == Event.objects.get(kind="action_exhausted", task_id=action.task_id).pk
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "notice"),
+    [
+        ("action_opened", {"kind": "unknown_outcome", "status": "open"}, "decision_waiting"),
+        ("action_opened", {"kind": "continuation", "status": "open"}, "decision_waiting"),
+        ("action_opened", {"kind": "continuation", "status": "exhausted"}, "exhausted"),
+        ("action_opened", {"kind": "workspace_validation", "status": "open"}, "repair_waiting"),
+        ("action_opened", {"kind": "workspace_export", "status": "open"}, "repair_waiting"),
+        ("action_exhausted", {"kind": "unknown_outcome", "status": "exhausted"}, "exhausted"),
+        ("breaker_opened", {"agent": "coder"}, "breaker_opened"),
+        ("decision_overdue", {"kind": "unknown_outcome"}, "deadline_passed"),
+        ("action_decided", {"kind": "unknown_outcome"}, None),
+        ("step_completed", {}, None),
+    ],
+)
+def test_which_events_are_notices(kind, payload, notice):
+    assert notify.notice_of(Event(kind=kind, payload=payload)) == notice
 
 
 def test_no_delivery_outlives_the_event_it_tells_of(org, admin_api):
