@@ -8,8 +8,16 @@ from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, 
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
+from recovery.models import (
+    BREAKER_IN_FORCE,
+    LIVE_ACTION_STATUSES,
+    ActionStatus,
+    RecoveryAction,
+    RecoveryAttempt,
+    RecoveryBreaker,
+)
 from recovery.modes import Change, changes_of, modes_now, subagent_names
+from recovery.rules.breaker import BreakerFacts
 from recovery.rules.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
 from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.errors import NotFound
@@ -244,10 +252,41 @@ def run_detail(user, run_id: int) -> Run:
 # --- diagnosis ---------------------------------------------------------------
 
 
+def breaker_facts(breaker: RecoveryBreaker, agent_name: str) -> BreakerFacts:
+    return BreakerFacts(
+        breaker_id=breaker.pk,
+        agent=agent_name,
+        signature=breaker.signature,
+        tasks=breaker.tasks,
+        span_seconds=(breaker.last_at - breaker.first_at).total_seconds(),
+        state=breaker.state,
+    )
+
+
+def breakers_in_force(org_id: int, agent_ids=None):
+    """The breakers open or half-open in an organization (of some agents), oldest first."""
+    qs = RecoveryBreaker.objects.filter(org_id=org_id, state__in=BREAKER_IN_FORCE).select_related("agent")
+    if agent_ids is not None:
+        qs = qs.filter(agent_id__in=agent_ids)
+    return qs.order_by("opened_at", "id")
+
+
+def breaker_on(task: Task) -> BreakerFacts | None:
+    """The first breaker in force on the task's agent (it holds every continuation of that agent)."""
+    breaker = breakers_in_force(task.org_id, [task.agent_id]).first()
+    return breaker_facts(breaker, breaker.agent.name) if breaker is not None else None
+
+
 def admission_facts(
-    *, task: Task, source: Run, action: RecoveryAction | None = None, task_runs: dict[int, Run] | None = None
+    *,
+    task: Task,
+    source: Run,
+    action: RecoveryAction | None = None,
+    task_runs: dict[int, Run] | None = None,
+    breaker_trial: bool = False,
 ) -> AdmissionFacts:
-    """Everything the gates decide on, read now (never what a card showed)."""
+    """Everything the gates decide on, read now (never what a card showed). `breaker_trial`: the admission is a
+    half-open breaker's one trial continuation, which the breaker lets through."""
     lease_live = (
         source.status in LEASED_RUN_STATUSES
         and source.lease_expires_at is not None
@@ -271,6 +310,7 @@ def admission_facts(
         chain_length=counted_runs(chain_runs(source, task_runs)),
         workspace_action=workspace[0] if workspace else None,
         workspace_kind=workspace[1] if workspace else "",
+        breaker=None if breaker_trial else breaker_on(task),
     )
 
 

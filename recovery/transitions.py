@@ -7,12 +7,14 @@ Every move bumps `version`, so a person acting on an older card is refused
 from recovery.models import (
     ActionStatus,
     AttemptOutcome,
+    BreakerState,
     BulkItem,
     BulkOperation,
     BulkResult,
     BulkStatus,
     RecoveryAction,
     RecoveryAttempt,
+    RecoveryBreaker,
 )
 from tasks.transitions import Machine
 
@@ -66,4 +68,18 @@ BULK_ITEMS = Machine(
     {BulkResult.PENDING: frozenset({BulkResult.APPLIED, BulkResult.SKIPPED, BulkResult.FAILED})},
     "bulk item",
     field="result",
+)
+
+BR = BreakerState
+
+# A recovery breaker (DESIGN §14): open → half_open (after its cool-off) → closed (its trial continuation
+# succeeded) or open again (it failed); an admin closes an open or half-open one with a reason.
+BREAKERS = Machine(
+    RecoveryBreaker,
+    {
+        BR.OPEN: frozenset({BR.HALF_OPEN, BR.CLOSED}),
+        BR.HALF_OPEN: frozenset({BR.OPEN, BR.CLOSED}),
+    },
+    "recovery breaker",
+    field="state",
 )
