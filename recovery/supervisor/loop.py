@@ -77,8 +77,8 @@ def recover_run(run: Run, budget: Budget | None = None) -> tuple[str, int] | Non
     """Continue `run` automatically when its evidence proves that safe; otherwise open an action.
 
     Returns ("continued", run id), ("opened", action id), ("held", run id) when a recovery breaker holds
-    its automatic continuation (recovery.actions.breakers), or None when a gate holds it for now, or when the pass's budget for reading workspaces ran out
-    before its workspace was read (it is looked at again on the next pass).
+    its automatic continuation (recovery.actions.breakers), or None when a gate holds it for now, or when the
+    pass's budget for reading workspaces ran out before its workspace was read (it is looked at again on the next pass).
     The workspace is read before the run is locked: validation inside the
     transaction compares that reading and hashes nothing.
     """
