@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from console import accounts, bulk_views, ops, triage_views, views
+from recovery.api import breakers as breakers_api
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -68,6 +69,8 @@ api = [
     path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),
     path("bulk/<int:op_id>/cancel/", bulk_api.BulkCancelView.as_view(), name="api-bulk-cancel"),
     path("bulk/<int:op_id>/retry-failed/", bulk_api.BulkRetryFailedView.as_view(), name="api-bulk-retry-failed"),
+    path("breakers/", breakers_api.BreakerListView.as_view(), name="api-breakers"),
+    path("breakers/<int:breaker_id>/close/", breakers_api.BreakerCloseView.as_view(), name="api-breaker-close"),
     path("workers/", ops.WorkersView.as_view(), name="api-workers"),
     path("health/", ops.HealthView.as_view(), name="api-health"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),

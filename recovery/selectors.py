@@ -2,7 +2,7 @@
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum, TextField
 from django.db.models.functions import Cast, Coalesce
@@ -15,6 +15,7 @@ from recovery.models import (
     RecoveryAction,
     RecoveryAttempt,
     RecoveryBreaker,
+    RecoveryFailure,
 )
 from recovery.modes import Change, changes_of, modes_now, subagent_names
 from recovery.rules.breaker import BreakerFacts
@@ -37,7 +38,7 @@ from tasks.models import (
     refused_at_admission,
 )
 from tasks.modes import known_tools
-from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
+from tasks.selectors import chain_runs, counted_runs, memberships_of, task_facts, visible_runs, visible_tasks
 
 
 def _latest_run(field: str = "pk"):
@@ -587,3 +588,41 @@ def step_modes_now(run: Run, steps) -> dict[int, str]:
         catalogue=profile.tool_catalogue if profile else None,
         subagent_catalogues=catalogues,
     )
+
+
+# --- recovery breakers (DESIGN §14) ------------------------------------------------------------
+
+BREAKER_RECENT_DAYS = 7
+
+
+def breakers_recent(user, *, limit: int = 100):
+    """The breakers of the person's organizations: every one in force, and those closed in the last week;
+    newest first."""
+    since = timezone.now() - timedelta(days=BREAKER_RECENT_DAYS)
+    return (
+        RecoveryBreaker.objects.filter(org_id__in=[m.org_id for m in memberships_of(user)])
+        .filter(Q(state__in=BREAKER_IN_FORCE) | Q(closed_at__gte=since))
+        .select_related("agent", "org")
+        .order_by("-opened_at", "-id")[:limit]
+    )
+
+
+def breaker_visible(user, breaker_id: int) -> RecoveryBreaker:
+    b = (
+        RecoveryBreaker.objects.filter(pk=breaker_id, org_id__in=[m.org_id for m in memberships_of(user)])
+        .select_related("agent", "org")
+        .first()
+    )
+    if b is None:
+        raise NotFound(f"No breaker #{breaker_id}.")
+    return b
+
+
+def breaker_tasks(breaker: RecoveryBreaker, user):
+    """The tasks the breaker counted (the person may see), newest failure first."""
+    failures = RecoveryFailure.objects.filter(
+        org_id=breaker.org_id, agent_id=breaker.agent_id, signature=breaker.signature, at__gte=breaker.first_at
+    )
+    if breaker.closed_at is not None:
+        failures = failures.filter(at__lte=breaker.closed_at)
+    return visible_tasks(user).filter(pk__in=failures.values("task")).select_related("agent").order_by("-id")
