@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, bulk_views, ops, triage_views, views
+from console import accounts, breaker_views, bulk_views, ops, triage_views, views
 from recovery.api import breakers as breakers_api
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
@@ -113,6 +113,9 @@ urlpatterns = [
     path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
     path("settings/exports/", views.settings_exports, name="settings-exports"),
     path("settings/exports/<int:root_id>/remove/", views.settings_exports_remove, name="settings-exports-remove"),
+    path("breakers/", breaker_views.breaker_list, name="breakers"),
+    path("breakers/<int:breaker_id>/", breaker_views.breaker_detail, name="breaker"),
+    path("breakers/<int:breaker_id>/close/", breaker_views.breaker_close, name="breaker-close"),
     path("workers/", ops.workers_page, name="workers"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics_view, name="metrics"),

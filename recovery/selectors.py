@@ -90,6 +90,14 @@ def annotate_state(qs):
         followups_waiting=_message_count(MessageStatus.WAITING),
         followups_undelivered=_message_count(MessageStatus.NOT_DELIVERED),
         awaiting_run_id=Subquery(awaiting_recovery(OuterRef("pk")).order_by("-id").values("pk")[:1]),
+        # A recovery breaker in force on the task's agent holds its automatic continuation (DESIGN §14).
+        breaker_held=Subquery(
+            RecoveryBreaker.objects.filter(
+                org_id=OuterRef("org_id"), agent_id=OuterRef("agent_id"), state__in=BREAKER_IN_FORCE
+            )
+            .order_by("id")
+            .values("pk")[:1]
+        ),
     )
 
 
