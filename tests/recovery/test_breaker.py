@@ -225,3 +225,39 @@ def test_a_failed_trial_opens_it_again(org, agent, limits):
     assert not Run.objects.filter(continues=runs[4]).exists()
     kinds = list(Event.objects.filter(kind__startswith="breaker_").order_by("id").values_list("kind", flat=True))
     assert kinds == ["breaker_opened", "breaker_half_open", "breaker_opened"]
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_supervisors_tripping_at_once_open_one_breaker(org, agent, limits):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    limits.CONSOLE_BREAKER_TASKS = 2
+    runs = storm(org, 12)
+    start = threading.Barrier(4)
+
+    def supervisor(_):
+        start.wait()
+        try:
+            return supervise_once()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(supervisor, range(4)))
+
+    assert not any(r.failed for r in reports), [r.failed for r in reports]
+    (b,) = RecoveryBreaker.objects.all()
+    assert Event.objects.filter(kind="breaker_opened").count() == 1
+    # Each run is counted once, whichever supervisor looked at it first; none is continued twice.
+    assert RecoveryFailure.objects.count() == 12
+    assert all(Run.objects.filter(continues=r).count() <= 1 for r in runs)
+    made = len(continued(runs))
+    supervise_once()
+    b.refresh_from_db()
+    assert b.tasks >= 12 - made and len(continued(runs)) == made, "nothing more continues while it is open"
