@@ -261,3 +261,50 @@ def test_four_supervisors_tripping_at_once_open_one_breaker(org, agent, limits):
     supervise_once()
     b.refresh_from_db()
     assert b.tasks >= 12 - made and len(continued(runs)) == made, "nothing more continues while it is open"
+
+
+# --- its machine -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "source,target",
+    [(s, t) for s in ("open", "half_open", "closed") for t in ("open", "half_open", "closed") if s != t],
+)
+def test_every_breaker_move_outside_its_table_is_refused_and_every_move_inside_it_is_made(org, agent, source, target):
+    from django.db import transaction
+    from django.utils import timezone
+
+    from recovery.transitions import BREAKERS
+    from tasks.transitions import IllegalTransition
+
+    now = timezone.now()
+    # A row in `source`, written directly as a fixture (the one place a test may).
+    b = RecoveryBreaker.objects.create(
+        org=org, agent=agent, signature="s", tasks=11, first_at=now, last_at=now, opened_at=now, state=source
+    )
+    allowed = (source, target) in {
+        ("open", "half_open"),
+        ("open", "closed"),
+        ("half_open", "open"),
+        ("half_open", "closed"),
+    }
+    with transaction.atomic():
+        if allowed:
+            assert BREAKERS.move(b.pk, target, expect=source) == 1
+        else:
+            with pytest.raises(IllegalTransition):
+                BREAKERS.move(b.pk, target, expect=source)
+    assert RecoveryBreaker.objects.get(pk=b.pk).state == (target if allowed else source)
+
+
+def test_the_house_rules_catch_a_breakers_state_written_outside_its_machine():
+    import runpy
+
+    from tests.processes import ROOT
+
+    lint_house = runpy.run_path(str(ROOT / "bin" / "lint_house.py"))
+    bad = (
+        "def v():\n    RecoveryBreaker.objects.filter(pk=1).update(state='closed')\n    Thing.objects.update(state=1)\n"
+    )
+    assert len(lint_house["state_writes"](bad)) == 1
