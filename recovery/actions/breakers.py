@@ -26,6 +26,8 @@ from tasks.selectors import memberships_of
 from tasks.transitions import NewEvent
 
 REASON_MAX = 500
+# Failures are kept while a window or a recent breaker's page may count them (the breakers list shows a week).
+FAILURES_KEPT = timedelta(days=8)
 
 
 def breaker_limits() -> tuple[int, int, int]:
@@ -138,7 +140,8 @@ def trial_taken(breakers: list[RecoveryBreaker], continuation: Run) -> None:
 
 def breakers_sweep(*, now=None) -> dict[str, list[int]]:
     """A supervisor duty: half-open the breakers whose cool-off passed; close a half-open one whose trial
-    continuation succeeded, open it again when the trial ended any other way. Each move is a compare-and-set."""
+    continuation succeeded, open it again when the trial ended any other way. Each move is a compare-and-set.
+    Failures older than any window or recent breaker needs are forgotten."""
     now = now or timezone.now()
     _, _, cooloff = breaker_limits()
     moved: dict[str, list[int]] = {"half_open": [], "closed": [], "reopened": []}
@@ -182,6 +185,8 @@ def breakers_sweep(*, now=None) -> dict[str, list[int]]:
                 **fields,
             ):
                 moved["closed" if to == BreakerState.CLOSED else "reopened"].append(b.pk)
+    _, window, _ = breaker_limits()
+    RecoveryFailure.objects.filter(at__lt=now - max(FAILURES_KEPT, timedelta(seconds=window))).delete()
     return moved
 
 

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from recovery.actions import breakers
 from recovery.models import RecoveryBreaker, RecoveryFailure
@@ -308,3 +309,14 @@ def test_the_house_rules_catch_a_breakers_state_written_outside_its_machine():
         "def v():\n    RecoveryBreaker.objects.filter(pk=1).update(state='closed')\n    Thing.objects.update(state=1)\n"
     )
     assert len(lint_house["state_writes"](bad)) == 1
+
+
+@pytest.mark.django_db
+def test_failures_are_forgotten_once_no_window_or_recent_breaker_counts_them(org, agent, limits):
+    storm(org, 2)
+    supervise_once()
+    assert RecoveryFailure.objects.count() == 2
+    breakers.breakers_sweep(now=timezone.now() + timedelta(days=7))
+    assert RecoveryFailure.objects.count() == 2
+    breakers.breakers_sweep(now=timezone.now() + timedelta(days=8, minutes=1))
+    assert RecoveryFailure.objects.count() == 0
