@@ -71,3 +71,16 @@ def test_an_admin_closes_it_by_form_with_a_reason_and_the_warning_goes(
     after = text(admin.get(done["Location"]))
     assert "Closed by ada: provider is back" in after
     assert SAID not in text(admin.get("/"))
+
+
+def test_an_open_action_of_the_held_agent_names_the_breaker_as_its_gate_and_its_retry_is_refused(
+    org, agent, settings, operator, login
+):
+    from tests.console.scenarios import unknown_outcome_action
+
+    action = unknown_outcome_action(org, title="write the report")
+    b, _ = trip(org, settings)
+    page = text(login(operator).get(f"/tasks/{action.task_id}/"))
+    assert f"{SAID} (breaker #{b.pk})" in page
+    refused = login(operator).post(f"/actions/{action.pk}/retry/", {"version": str(action.version)})
+    assert refused.status_code == 409 and SAID in text(refused)
