@@ -52,7 +52,14 @@ def test_only_an_admin_closes_it_and_a_reason_is_required(tripped, viewer, opera
         r = client_of(person).post(url, {"reason": "r"}, format="json")
         assert r.status_code == 403 and r.json()["code"] == "forbidden"
     admin = client_of(admin_user)
-    for body in ({}, {"reason": ""}, {"reason": "   "}):
+    for body in (
+        {},
+        {"reason": ""},
+        {"reason": "   "},
+        {"reason": "a\u0000b"},
+        {"reason": ["x"]},
+        {"reason": "x" * 501},
+    ):
         r = admin.post(url, body, format="json")
         assert r.status_code == 400 and r.json()["code"] == "invalid" and r.json()["field"] == "reason", r.json()
     assert RecoveryBreaker.objects.get().state == "open"
