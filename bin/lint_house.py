@@ -25,6 +25,8 @@ MACHINES = {"tasks/transitions.py", "recovery/transitions.py"}
 # so it counts only on a bulk item (a call chain starting at `BulkItem`).
 STATE_FIELDS = ("status", "phase", "outcome")
 ITEM_FIELD = ("BulkItem", "result")
+# `state` is a breaker's (recovery.transitions.BREAKERS); other models' `state` words are not machines' columns.
+BREAKER_FIELD = ("RecoveryBreaker", "state")
 # Services create rows in their first state; only the machines move them.
 CREATORS = {
     "tasks/services.py",
@@ -60,6 +62,8 @@ def state_writes(source: str, filename: str = "<string>") -> list[str]:
             fields = [f for f in STATE_FIELDS if f in keywords]
             if _root_name(node.func) == ITEM_FIELD[0] and ITEM_FIELD[1] in keywords:
                 fields.append(ITEM_FIELD[1])
+            if _root_name(node.func) == BREAKER_FIELD[0] and BREAKER_FIELD[1] in keywords and node.func.attr in WRITES:
+                fields.append(BREAKER_FIELD[1])
             for name in fields:
                 if node.func.attr in WRITES:
                     found.append(f"{node.func.attr}({name}=…) at line {node.lineno}")

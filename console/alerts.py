@@ -13,7 +13,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
-from recovery.models import SupervisorProcess
+from recovery.models import BREAKER_IN_FORCE, RecoveryBreaker, SupervisorProcess
+from recovery.selectors import breaker_facts
 from recovery.supervisor.passes import supervisor_alive
 from tasks.models import Organization, Run, RunStatus, WorkerInstance
 from tasks.selectors import memberships_of
@@ -21,11 +22,14 @@ from tasks.selectors import memberships_of
 
 @dataclass(frozen=True)
 class Alert:
-    code: str  # supervisor_silent | supervisor_never | no_worker
+    code: str  # supervisor_silent | supervisor_never | no_worker | breaker_open
     at: datetime | None = None
     interval: float = 0.0
     org: str = ""
     queued: int = 0
+    # A recovery breaker in force (DESIGN §14): its id and its sentence (recovery.rules.breaker).
+    breaker: int | None = None
+    text: str = ""
 
 
 def lease_period() -> timedelta:
@@ -54,9 +58,10 @@ def alerts_of_orgs(org_ids, *, now: datetime | None = None) -> list[Alert]:
             ),
             last_pass=Subquery(last.values("last_pass_at")[:1]),
             pass_interval=Subquery(last.values("interval")[:1]),
+            breakers=Exists(RecoveryBreaker.objects.filter(org=OuterRef("pk"), state__in=BREAKER_IN_FORCE)),
         )
         .order_by("name")
-        .values("name", "queued", "seen", "last_pass", "pass_interval")
+        .values("name", "queued", "seen", "last_pass", "pass_interval", "breakers")
     )
     alerts = []
     if rows:
@@ -69,6 +74,14 @@ def alerts_of_orgs(org_ids, *, now: datetime | None = None) -> list[Alert]:
     for row in rows:
         if row["queued"] and (row["seen"] is None or now - row["seen"] > lease_period()):
             alerts.append(Alert("no_worker", at=row["seen"], org=row["name"]))
+    if any(row["breakers"] for row in rows):  # a second query only while a breaker is in force
+        for b in (
+            RecoveryBreaker.objects.filter(org_id__in=org_ids, state__in=BREAKER_IN_FORCE)
+            .select_related("agent", "org")
+            .order_by("opened_at", "id")
+        ):
+            text = breaker_facts(b, b.agent.name).sentence()
+            alerts.append(Alert("breaker_open", at=b.opened_at, org=b.org.name, breaker=b.pk, text=text))
     return alerts
 
 
@@ -86,4 +99,4 @@ def render_alerts(user, *, request=None, alerts: list[Alert] | None = None, oob:
 
 def alerts_key(alerts: list[Alert]) -> tuple:
     """What the warnings say, without the clock: a live page is sent the header again only when this changes."""
-    return tuple((a.code, a.at, a.org) for a in alerts)
+    return tuple((a.code, a.at, a.org, a.text) for a in alerts)

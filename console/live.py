@@ -19,8 +19,8 @@ from django.utils.safestring import mark_safe
 from console import bulk_views, cards, triage_views
 from recovery import triage
 from recovery.bulk.selectors import operation
-from recovery.models import BulkOperation
-from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail
+from recovery.models import BulkOperation, RecoveryBreaker
+from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, awaiting_recovery, task_detail
 from tasks.errors import NotFound
 from tasks.models import Event, Role, Run, Task
 from tasks.selectors import membership_in, memberships_of, primary_membership, task_visible_to, visible_runs
@@ -423,3 +423,19 @@ def changed_since(page: str, *, org_id: int, task_id: int | None, after: int, ob
 
 def nav_orgs(user) -> list[int]:
     return [m.org_id for m in memberships_of(user)]
+
+
+# --- recovery breakers (DESIGN §14) ------------------------------------------------------------
+
+# A breaker's events name no task: every live page of its organization gets the header's warning again, and the
+# board rows of the tasks its agent has waiting on recovery (held, or about to be continued) are drawn again.
+BREAKER_EVENTS = frozenset({"breaker_opened", "breaker_half_open", "breaker_closed"})
+BREAKER_ROWS = 200
+
+
+def breaker_held_tasks(events) -> dict[int, int]:
+    """{task: its organization} of the tasks awaiting recovery whose agent a breaker event names. One query."""
+    ids = {e.payload.get("breaker") for e in events if e.kind in BREAKER_EVENTS}
+    agents = RecoveryBreaker.objects.filter(pk__in=[i for i in ids if isinstance(i, int)]).values("agent_id")
+    rows = awaiting_recovery().filter(task__agent_id__in=agents).values_list("task_id", "org_id")[:BREAKER_ROWS]
+    return dict(rows)

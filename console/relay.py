@@ -314,6 +314,14 @@ class Relay:
         moved = await database_sync_to_async(live.dependents_of)(set(by_task))
         for task_id, org_id in moved.items():
             by_org[org_id].add(task_id)
+        # A breaker opened, half-opened or closed: the header's warning of every page of its organization, and
+        # the rows of the tasks it holds (or lets go).
+        breaker_orgs = {e.org_id for e in events if e.kind in live.BREAKER_EVENTS}
+        if breaker_orgs:
+            held = await database_sync_to_async(live.breaker_held_tasks)(events)
+            for task_id, org_id in held.items():
+                by_org[org_id].add(task_id)
+            await self._refresh_alerts([c for c in self.consumers() if c.subscribed and set(c.orgs) & breaker_orgs])
 
         # Boards: one render of each changed row (with or without its selection checkbox), filtered per
         # socket by visibility.

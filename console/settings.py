@@ -257,6 +257,11 @@ CONSOLE_EXPORT_STALE_SECONDS = env_int("CONSOLE_EXPORT_STALE_SECONDS", 1800)
 CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)
+# The recovery breaker (DESIGN §14): more than TASKS tasks of one agent opening recovery with one failure signature
+# within WINDOW seconds open it; COOLOFF seconds after it (re)opened it half-opens and lets one continuation try.
+CONSOLE_BREAKER_TASKS = env_int("CONSOLE_BREAKER_TASKS", 10)
+CONSOLE_BREAKER_WINDOW_SECONDS = env_int("CONSOLE_BREAKER_WINDOW_SECONDS", 600)
+CONSOLE_BREAKER_COOLOFF_SECONDS = env_int("CONSOLE_BREAKER_COOLOFF_SECONDS", 900)
 CONSOLE_CHAIN_MAX_RUNS = 32
 # Live updates: how often the relay tails events when nothing woke it (0 = the
 # database's default: 2 s on PostgreSQL, which NOTIFY wakes, 0.3 s on SQLite),

@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, bulk_views, notification_views, ops, triage_views, views
+from console import accounts, breaker_views, bulk_views, notification_views, ops, triage_views, views
+from recovery.api import breakers as breakers_api
 from recovery.api import notifications as notifications_api
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
@@ -73,6 +74,8 @@ api = [
     path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),
     path("bulk/<int:op_id>/cancel/", bulk_api.BulkCancelView.as_view(), name="api-bulk-cancel"),
     path("bulk/<int:op_id>/retry-failed/", bulk_api.BulkRetryFailedView.as_view(), name="api-bulk-retry-failed"),
+    path("breakers/", breakers_api.BreakerListView.as_view(), name="api-breakers"),
+    path("breakers/<int:breaker_id>/close/", breakers_api.BreakerCloseView.as_view(), name="api-breaker-close"),
     path("workers/", ops.WorkersView.as_view(), name="api-workers"),
     path("health/", ops.HealthView.as_view(), name="api-health"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
@@ -126,6 +129,9 @@ urlpatterns = [
         name="settings-notifications-remove",
     ),
     path("settings/exports/<int:root_id>/remove/", views.settings_exports_remove, name="settings-exports-remove"),
+    path("breakers/", breaker_views.breaker_list, name="breakers"),
+    path("breakers/<int:breaker_id>/", breaker_views.breaker_detail, name="breaker"),
+    path("breakers/<int:breaker_id>/close/", breaker_views.breaker_close, name="breaker-close"),
     path("workers/", ops.workers_page, name="workers"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics_view, name="metrics"),

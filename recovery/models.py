@@ -460,3 +460,70 @@ class OverdueDecision(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     deadline_seconds = models.PositiveIntegerField()
     noticed_at = models.DateTimeField(auto_now_add=True)
+
+
+# --- the recovery breaker (DESIGN §14) -----------------------------------------
+
+
+class BreakerState(models.TextChoices):
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+    CLOSED = "closed"
+
+
+BREAKER_IN_FORCE = (BreakerState.OPEN, BreakerState.HALF_OPEN)
+
+
+class RecoveryFailure(models.Model):
+    """One run whose recovery the supervisor opened, with its failure signature (recovery.rules.breaker):
+    what the breaker counts. One per run, so a run held and looked at again is counted once."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="recovery_failure")
+    signature = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "agent", "signature", "at"], name="failure_signature_at")]
+
+
+class RecoveryBreaker(models.Model):
+    """A breaker of (organization, agent, failure signature): open → half_open → closed | open again.
+
+    While it is open or half-open (in force), no automatic continuation of its agent is created and a person's
+    continuation is refused (gate `breaker_open`); half-open lets one trial continuation (`probe_run`) go.
+    """
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    signature = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100, blank=True)
+    state = models.CharField(max_length=12, choices=BreakerState.choices, default=BreakerState.OPEN)
+    # Distinct tasks of the agent with this signature since `first_at` (the window's start when it tripped).
+    tasks = models.PositiveIntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    opened_at = models.DateTimeField()
+    half_open_at = models.DateTimeField(null=True, blank=True)
+    probe_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.CharField(max_length=150, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "state"], name="breaker_org_state")]
+        constraints = [
+            # Two supervisors tripping the same breaker at once make one: the second insert fails and reads it.
+            models.UniqueConstraint(
+                fields=["org", "agent", "signature"],
+                condition=Q(state__in=BREAKER_IN_FORCE),
+                name="breaker_one_in_force",
+            ),
+            models.CheckConstraint(condition=Q(state__in=BreakerState.values), name="breaker_state_valid"),
+        ]
+
+    def __str__(self):
+        return f"breaker #{self.pk} {self.signature} ({self.state})"

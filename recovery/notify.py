@@ -288,9 +288,14 @@ def notice_payload(event: Event, notice: str) -> dict:
     title = ""
     if event.task_id:
         title = Task.objects.filter(pk=event.task_id).values_list("title", flat=True).first() or ""
+    elif notice == "breaker_opened":
+        title = presenter.breaker_notice_title(payload.get("agent") or "", payload.get("signature") or "")
     else:
-        title = str(payload.get("title") or payload.get("signature") or payload.get("agent") or notice)
-    data = {"task": event.task_id, "title": title, "state": _STATES[notice], "url": task_url(event.task_id)}
+        title = str(payload.get("title") or notice)
+    url = task_url(event.task_id)
+    if notice == "breaker_opened" and payload.get("breaker"):
+        url = f"{settings.CONSOLE_URL.rstrip('/')}/breakers/{payload['breaker']}/"
+    data = {"task": event.task_id, "title": title, "state": _STATES[notice], "url": url}
     if payload.get("action"):
         data["action"] = payload["action"]
     return {"type": notice, "timestamp": event.created_at.isoformat(), "data": data}

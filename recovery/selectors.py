@@ -2,14 +2,23 @@
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, Subquery, Sum, TextField
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction, RecoveryAttempt
+from recovery.models import (
+    BREAKER_IN_FORCE,
+    LIVE_ACTION_STATUSES,
+    ActionStatus,
+    RecoveryAction,
+    RecoveryAttempt,
+    RecoveryBreaker,
+    RecoveryFailure,
+)
 from recovery.modes import Change, changes_of, modes_now, subagent_names
+from recovery.rules.breaker import BreakerFacts
 from recovery.rules.classify import WORKSPACE_KINDS, Diagnosis, RunFacts, StepFacts, classify
 from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.errors import NotFound
@@ -29,7 +38,7 @@ from tasks.models import (
     refused_at_admission,
 )
 from tasks.modes import known_tools
-from tasks.selectors import chain_runs, counted_runs, task_facts, visible_runs, visible_tasks
+from tasks.selectors import chain_runs, counted_runs, memberships_of, task_facts, visible_runs, visible_tasks
 
 
 def _latest_run(field: str = "pk"):
@@ -81,6 +90,14 @@ def annotate_state(qs):
         followups_waiting=_message_count(MessageStatus.WAITING),
         followups_undelivered=_message_count(MessageStatus.NOT_DELIVERED),
         awaiting_run_id=Subquery(awaiting_recovery(OuterRef("pk")).order_by("-id").values("pk")[:1]),
+        # A recovery breaker in force on the task's agent holds its automatic continuation (DESIGN §14).
+        breaker_held=Subquery(
+            RecoveryBreaker.objects.filter(
+                org_id=OuterRef("org_id"), agent_id=OuterRef("agent_id"), state__in=BREAKER_IN_FORCE
+            )
+            .order_by("id")
+            .values("pk")[:1]
+        ),
     )
 
 
@@ -244,10 +261,41 @@ def run_detail(user, run_id: int) -> Run:
 # --- diagnosis ---------------------------------------------------------------
 
 
+def breaker_facts(breaker: RecoveryBreaker, agent_name: str) -> BreakerFacts:
+    return BreakerFacts(
+        breaker_id=breaker.pk,
+        agent=agent_name,
+        signature=breaker.signature,
+        tasks=breaker.tasks,
+        span_seconds=(breaker.last_at - breaker.first_at).total_seconds(),
+        state=breaker.state,
+    )
+
+
+def breakers_in_force(org_id: int, agent_ids=None):
+    """The breakers open or half-open in an organization (of some agents), oldest first."""
+    qs = RecoveryBreaker.objects.filter(org_id=org_id, state__in=BREAKER_IN_FORCE).select_related("agent")
+    if agent_ids is not None:
+        qs = qs.filter(agent_id__in=agent_ids)
+    return qs.order_by("opened_at", "id")
+
+
+def breaker_on(task: Task) -> BreakerFacts | None:
+    """The first breaker in force on the task's agent (it holds every continuation of that agent)."""
+    breaker = breakers_in_force(task.org_id, [task.agent_id]).first()
+    return breaker_facts(breaker, breaker.agent.name) if breaker is not None else None
+
+
 def admission_facts(
-    *, task: Task, source: Run, action: RecoveryAction | None = None, task_runs: dict[int, Run] | None = None
+    *,
+    task: Task,
+    source: Run,
+    action: RecoveryAction | None = None,
+    task_runs: dict[int, Run] | None = None,
+    breaker_trial: bool = False,
 ) -> AdmissionFacts:
-    """Everything the gates decide on, read now (never what a card showed)."""
+    """Everything the gates decide on, read now (never what a card showed). `breaker_trial`: the admission is a
+    half-open breaker's one trial continuation, which the breaker lets through."""
     lease_live = (
         source.status in LEASED_RUN_STATUSES
         and source.lease_expires_at is not None
@@ -271,6 +319,7 @@ def admission_facts(
         chain_length=counted_runs(chain_runs(source, task_runs)),
         workspace_action=workspace[0] if workspace else None,
         workspace_kind=workspace[1] if workspace else "",
+        breaker=None if breaker_trial else breaker_on(task),
     )
 
 
@@ -547,3 +596,41 @@ def step_modes_now(run: Run, steps) -> dict[int, str]:
         catalogue=profile.tool_catalogue if profile else None,
         subagent_catalogues=catalogues,
     )
+
+
+# --- recovery breakers (DESIGN §14) ------------------------------------------------------------
+
+BREAKER_RECENT_DAYS = 7
+
+
+def breakers_recent(user, *, limit: int = 100):
+    """The breakers of the person's organizations: every one in force, and those closed in the last week;
+    newest first."""
+    since = timezone.now() - timedelta(days=BREAKER_RECENT_DAYS)
+    return (
+        RecoveryBreaker.objects.filter(org_id__in=[m.org_id for m in memberships_of(user)])
+        .filter(Q(state__in=BREAKER_IN_FORCE) | Q(closed_at__gte=since))
+        .select_related("agent", "org")
+        .order_by("-opened_at", "-id")[:limit]
+    )
+
+
+def breaker_visible(user, breaker_id: int) -> RecoveryBreaker:
+    b = (
+        RecoveryBreaker.objects.filter(pk=breaker_id, org_id__in=[m.org_id for m in memberships_of(user)])
+        .select_related("agent", "org")
+        .first()
+    )
+    if b is None:
+        raise NotFound(f"No breaker #{breaker_id}.")
+    return b
+
+
+def breaker_tasks(breaker: RecoveryBreaker, user):
+    """The tasks the breaker counted (the person may see), newest failure first."""
+    failures = RecoveryFailure.objects.filter(
+        org_id=breaker.org_id, agent_id=breaker.agent_id, signature=breaker.signature, at__gte=breaker.first_at
+    )
+    if breaker.closed_at is not None:
+        failures = failures.filter(at__lte=breaker.closed_at)
+    return visible_tasks(user).filter(pk__in=failures.values("task")).select_related("agent").order_by("-id")

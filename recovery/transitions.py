@@ -7,6 +7,7 @@ Every move bumps `version`, so a person acting on an older card is refused
 from recovery.models import (
     ActionStatus,
     AttemptOutcome,
+    BreakerState,
     BulkItem,
     BulkOperation,
     BulkResult,
@@ -15,6 +16,7 @@ from recovery.models import (
     NotificationDelivery,
     RecoveryAction,
     RecoveryAttempt,
+    RecoveryBreaker,
 )
 from tasks.transitions import Machine
 
@@ -81,4 +83,18 @@ DELIVERIES = Machine(
         D.FAILED: frozenset({D.DELIVERED, D.FAILED, D.GIVEN_UP}),
     },
     "notification delivery",
+)
+
+BR = BreakerState
+
+# A recovery breaker (DESIGN §14): open → half_open (after its cool-off) → closed (its trial continuation
+# succeeded) or open again (it failed); an admin closes an open or half-open one with a reason.
+BREAKERS = Machine(
+    RecoveryBreaker,
+    {
+        BR.OPEN: frozenset({BR.HALF_OPEN, BR.CLOSED}),
+        BR.HALF_OPEN: frozenset({BR.OPEN, BR.CLOSED}),
+    },
+    "recovery breaker",
+    field="state",
 )

@@ -83,6 +83,10 @@ KINDS: dict[str, str] = {
     "bulk_item": "a bulk operation acted on one task",
     "bulk_finished": "a bulk operation finished",
     "bulk_cancelled": "a bulk operation was cancelled",
+    # recovery breakers (recovery/actions/breakers.py): organization-wide, no task
+    "breaker_opened": "a recovery breaker opened (or opened again after its trial continuation failed)",
+    "breaker_half_open": "a recovery breaker's cool-off passed: one trial continuation may run",
+    "breaker_closed": "a recovery breaker closed (an admin, with a reason, or its trial continuation succeeded)",
 }
 
 

@@ -6,6 +6,7 @@ continuation), never only when a card was drawn.
 
 from dataclasses import dataclass
 
+from recovery.rules.breaker import BreakerFacts
 from tasks.holds import Hold, TaskFacts, task_hold
 
 CHAIN_MAX_RUNS = 32
@@ -27,6 +28,8 @@ class AdmissionFacts:
     # A live workspace action of the task (its id and kind): it holds every continuation.
     workspace_action: int | None = None
     workspace_kind: str = ""
+    # A recovery breaker in force on the task's agent (recovery.rules.breaker): it holds every continuation.
+    breaker: BreakerFacts | None = None
 
 
 def workspace_hold(action_id: int, kind: str) -> Hold:
@@ -74,5 +77,12 @@ def first_closed_gate(facts: AdmissionFacts) -> Hold | None:
             "chain_exhausted",
             f"This chain already holds {facts.chain_length} runs (verified stops not counted), the most it may.",
             "nobody: start over or close the task",
+        )
+    if facts.breaker is not None:
+        return Hold(
+            "breaker_open",
+            f"{facts.breaker.sentence()} (breaker #{facts.breaker.breaker_id})",
+            f"an admin, with Close on breaker #{facts.breaker.breaker_id}"
+            + ("" if facts.breaker.state == "half_open" else ", or its cool-off"),
         )
     return None

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from recovery import notify
 from recovery.action_log import action_open_for
+from recovery.actions import breakers
 from recovery.actions.commands import actions_settle, handovers_run
 from recovery.actions.continuations import continuation_create
 from recovery.actions.followups import messages_admit
@@ -46,6 +47,9 @@ class PassReport:
     admitted: list[int] = field(default_factory=list)
     purged: list[int] = field(default_factory=list)
     exported: list[int] = field(default_factory=list)
+    # Runs a recovery breaker held (no automatic continuation created), and the breakers each pass moved.
+    held: list[int] = field(default_factory=list)
+    breakers: dict = field(default_factory=dict)
     forgotten: int = 0  # idempotency records purged
     overdue: list[int] = field(default_factory=list)  # decisions newly past their deadline (still open)
     notified: dict = field(default_factory=dict)  # notification deliveries moved, per status
@@ -63,6 +67,8 @@ class PassReport:
             or self.exported
             or self.overdue
             or any(self.notified.values())
+            or self.held
+            or any(self.breakers.values())
             or any(self.settled.values())
         )
 
@@ -75,9 +81,9 @@ def runs_awaiting_recovery():
 def recover_run(run: Run, budget: Budget | None = None) -> tuple[str, int] | None:
     """Continue `run` automatically when its evidence proves that safe; otherwise open an action.
 
-    Returns ("continued", run id), ("opened", action id), or None when a gate
-    holds it for now, or when the pass's budget for reading workspaces ran out
-    before its workspace was read (it is looked at again on the next pass).
+    Returns ("continued", run id), ("opened", action id), ("held", run id) when a recovery breaker holds
+    its automatic continuation (recovery.actions.breakers), or None when a gate holds it for now, or when the
+    pass's budget for reading workspaces ran out before its workspace was read (it is looked at again on the next pass).
     The workspace is read before the run is locked: validation inside the
     transaction compares that reading and hashes nothing.
     """
@@ -96,14 +102,23 @@ def _recover_run(run: Run) -> tuple[str, int] | None:
         if continued or RecoveryAction.objects.filter(run=run).exists():
             return None
         diagnosis = diagnose(run)
+        if run.status == RunStatus.INTERRUPTED:
+            # Recovery opens for a run cut off: counted by its failure signature (a verified stop is no failure).
+            breakers.failure_record(run, diagnosis)
         profile = getattr(run.task.agent, "profile", None)
         auto = profile.auto_resume if profile else True
         if diagnosis.disposition == c.AUTO_RESUMABLE and (auto or run.status == RunStatus.STOPPED):
-            if first_closed_gate(admission_facts(task=run.task, source=run)) is not None:
+            admitted, in_force = breakers.automatic_admission(run)
+            if admitted == "hold":
+                return "held", run.pk
+            trial = admitted == "probe"
+            if first_closed_gate(admission_facts(task=run.task, source=run, breaker_trial=trial)) is not None:
                 return None
             try:
                 with transaction.atomic():
                     cont = continuation_create(source=run, actor="supervisor", reason="automatic resume")
+                    if trial:
+                        breakers.trial_taken(in_force, cont)
             except (NotEligible, GateClosed, IntegrityError):
                 return None
             if workspaces.refused(cont):
@@ -224,7 +239,7 @@ def _recover(report: PassReport, budget: Budget) -> None:
             _fresh_connection()
             continue
         if outcome is not None:
-            (report.continued if outcome[0] == "continued" else report.opened).append(outcome[1])
+            {"continued": report.continued, "held": report.held}.get(outcome[0], report.opened).append(outcome[1])
 
 
 def _pass(*, label: str, exports: bool) -> PassReport:
@@ -235,6 +250,9 @@ def _pass(*, label: str, exports: bool) -> PassReport:
     # One budget for reading workspaces per pass (CONSOLE_WORKSPACE_HASH_BUDGET): once spent, what is left waits
     # for the next pass, so no workspace stalls the pass for every organization.
     budget = Budget()
+    # Breakers first: one closed by its trial's success lets this very pass continue what it held.
+    with _duty("breakers_sweep", report):
+        report.breakers = breakers.breakers_sweep()
     with _duty("recover", report):
         _recover(report, budget)
     # An agent whose setting says `tell_agent` is handed its unknown outcomes with no person (DESIGN §13).

@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect
 from console.views import TABS
 from recovery import notify
 from recovery.actions.commands import action_decide, actions_settle
-from recovery.models import NOTICE_TYPES, HeldCopy, NotificationDestination
+from recovery.models import NOTICE_TYPES, HeldCopy, NotificationDestination, RecoveryBreaker
 from recovery.modes import profile_update
 from tests.console.scenarios import claim, continuation_action, unknown_outcome_action
 from tests.factories import make_agent
@@ -46,6 +46,7 @@ class A11yScenario:
     bulk_done: int  # a finished bulk operation: its progress and ledger
     diverged_task: int  # an agent run whose replay took another path: its card shows both calls
     agent_run: int  # an agent run that succeeded: its prompt, notice-free steps, token usage and output
+    breaker: int  # a recovery breaker open on coder: the header warns on every page, its page offers Close
 
 
 def a11y_scenario(org, admin) -> A11yScenario:
@@ -81,7 +82,9 @@ def a11y_scenario(org, admin) -> A11yScenario:
         get_data="",
         post_data="",
     )
+    breaker = open_breaker(org, "coder")
     return A11yScenario(
+        breaker=breaker,
         bulk_preview=bulk_preview,
         bulk_done=bulk_done,
         workspace_task=diverged.task_id,
@@ -127,6 +130,21 @@ def agent_scenario(org) -> tuple[int, int]:
     })  # fmt: skip
     services.run_finish(**done_held, status="succeeded", output={"summary": "2 entries merged"})
     return diverged.task_id, done.pk
+
+
+def open_breaker(org, agent: str) -> int:
+    """A breaker open on `agent` as the supervisor would have tripped it (its sentence in every page's header)."""
+    now = timezone.now()
+    return RecoveryBreaker.objects.create(
+        org=org,
+        agent=org.agents.get(name=agent),
+        signature="http_post / connection_refused",
+        tool="http_post",
+        tasks=14,
+        first_at=now - timedelta(minutes=6),
+        last_at=now,
+        opened_at=now,
+    ).pk
 
 
 def bulk_scenario(admin, task_ids: list[int]) -> tuple[int, int]:
@@ -251,6 +269,8 @@ PAGES: list[Visit] = [
     Visit("task: an agent's replay diverged, both calls side by side", "/tasks/{diverged_task}/"),
     Visit("run of an agent: prompt, tokens, output", "/agents/coder/runs/{agent_run}/"),
     Visit("workers and supervisor", "/workers/"),
+    Visit("recovery breakers", "/breakers/"),
+    Visit("a recovery breaker: the tasks it counted, Close for admins", "/breakers/{breaker}/"),
     Visit("task: workspace changed, repair confirmations", "/tasks/{workspace_task}/"),
     Visit("run refused by workspace validation, repair controls", "/agents/{agent}/runs/{workspace_run}/"),
     Visit("task: export failed", "/tasks/{export_task}/"),

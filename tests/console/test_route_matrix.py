@@ -12,10 +12,11 @@ import pytest
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from recovery.bulk.operations import bulk_preview
-from recovery.models import NotificationDestination, SavedView
+from recovery.models import NotificationDestination, RecoveryBreaker, SavedView
 from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
@@ -132,6 +133,12 @@ TABLE: dict[str, Row] = {
     "bulk-cancel": Row("POST", "page", expect(302, 403, 302, 302, 404, 302, 403), ("op_id",)),
     "bulk-retry-failed": Row("POST", "page", expect(302, 403, 409, 409, 404, 409, 403), ("op_id",),
                             note="nothing of a preview failed: 409"),
+    # --- recovery breakers: members read them; only an admin closes one (reason required) ----------------------
+    "breakers": Row("GET", "page", PAGE_LIST),
+    "breaker": Row("GET", "page", expect(302, 200, 200, 200, 404, 200, 200), ("breaker_id",),
+                   note="an organization's breaker is no private task's: oscar reads it"),
+    "breaker-close": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), ("breaker_id",),
+                         {"reason": "matrix"}),
     # --- accounts ----------------------------------------------------------------------------------------------
     "login": Row("GET", "page", expect(200, 302, 302, 302, 302, 302, 302), note="signed in: on to the board"),
     "logout": Row("POST", "page", expect(302, 302, 302, 302, 302, 302, 403), fresh=True),
@@ -179,6 +186,9 @@ TABLE: dict[str, Row] = {
                             {"scope_hash": "not-the-preview"}),
     "api-bulk-cancel": Row("POST", "api", expect(401, 403, 200, 200, 404, 200, 403), ("op_id",)),
     "api-bulk-retry-failed": Row("POST", "api", expect(401, 403, 409, 409, 404, 409, 403), ("op_id",)),
+    "api-breakers": Row("GET", "api", API_LIST),
+    "api-breaker-close": Row("POST", "api", expect(401, 403, 403, 200, 404, 403, 403), ("breaker_id",),
+                             {"reason": "m"}),
     "api-workers": Row("GET", "api", API_LIST),
     "api-export-roots": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
     "api-notify-destinations": Row("GET", "api", expect(401, 403, 403, 200, 200, 403, 403)),
@@ -276,6 +286,17 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     dest = NotificationDestination.objects.create(
         org=org, kind="webhook", url="https://hooks.example.com/acme", secret="whsec_c2VjcmV0", created_by="ada"
     )
+    now = timezone.now()
+    breaker = RecoveryBreaker.objects.create(
+        org=org,
+        agent=agent,
+        signature="sleep / lease_lapsed",
+        tool="sleep",
+        tasks=11,
+        first_at=now,
+        last_at=now,
+        opened_at=now,
+    )
 
     def ids(a):
         return {
@@ -289,6 +310,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "view_id": view.pk,
             "root_id": root.pk,
             "destination_id": dest.pk,
+            "breaker_id": breaker.pk,
         }
 
     def session(user, *, csrf=False):

@@ -193,6 +193,21 @@ def test_no_delivery_outlives_the_event_it_tells_of(org, admin_api):
     assert not NotificationDelivery.objects.exists()
 
 
+def test_a_breaker_notice_names_the_agent_and_failure_and_links_to_the_breaker(org, admin_api):
+    add(admin_api, url="https://a.example.com/", events=["breaker_opened"])
+    event_append(
+        org_id=org.pk,
+        kind="breaker_opened",
+        actor="supervisor",
+        payload={"breaker": 7, "agent": "coder", "signature": "http_post / lease_lapsed", "tasks": 11},
+    )
+    (delivery,) = NotificationDelivery.objects.all()
+    data = delivery.payload["data"]
+    assert data["task"] is None and data["state"] == "breaker_open"
+    assert data["title"] == "Automatic recovery paused for coder: http_post / lease_lapsed"
+    assert data["url"].endswith("/breakers/7/")
+
+
 # --- delivery by the supervisor ------------------------------------------------------------------------------
 
 
