@@ -31,6 +31,11 @@ api = [
         name="api-task-dependencies",
     ),
     path("tasks/<int:task_id>/start-over/", recovery_api.TaskStartOverView.as_view(), name="api-task-start-over"),
+    path(
+        "tasks/<int:task_id>/continue-from/",
+        recovery_api.TaskContinueFromView.as_view(),
+        name="api-task-continue-from",
+    ),
     path("actions/<int:action_id>/", recovery_api.ActionDetailView.as_view(), name="api-action"),
     path("actions/<int:action_id>/retry/", recovery_api.ActionRetryView.as_view(), name="api-action-retry"),
     path("actions/<int:action_id>/decision/", recovery_api.ActionDecisionView.as_view(), name="api-action-decision"),

@@ -913,6 +913,9 @@ def run_lines(run, *, auto_resume: bool = True, disposition: str | None = None) 
     fresh = fresh_start_text(run.carry)
     if fresh:
         lines.append((fresh,))
+    continued = continued_from_text(run.carry)
+    if continued:
+        lines.append((continued,))
     if run.status == "stopping":
         lines.append(stopping_line(run))
     stopped = stopped_line(run, auto_resume=auto_resume, disposition=disposition)
@@ -1989,3 +1992,63 @@ def bulk_selection(selection: dict) -> str:
         return f"Every task that matched the filter when the preview was made ({said}); later matches are not in it."
     n = (selection or {}).get("ids", 0)
     return f"{n:,} task{'s' if n != 1 else ''} chosen by hand."
+
+
+# --- Continue from step k (recovery/actions/continue_from.py) ---------------------------------------------------
+# Pure words over the run's `carry["continued_from"]` and the preview: what was reused, what runs again, and the
+# consent a person gave. Never "recovered" or "resumed": the new run is a new chain that reuses a saved prefix.
+
+
+def step_span(seqs) -> str:
+    """ "step 4", "steps 1-3", "steps 1-2 and 5" (consecutive runs joined by an en dash)."""
+    seqs = sorted(set(seqs))
+    if not seqs:
+        return "no step"
+    parts, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or seqs[i] != seqs[i - 1] + 1:
+            first, last = seqs[start], seqs[i - 1]
+            parts.append(str(first) if first == last else f"{first}\N{EN DASH}{last}")
+            start = i
+    joined = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    single = len(seqs) == 1
+    return f"step{'' if single else 's'} {joined}"
+
+
+def continued_from_text(carry: dict | None) -> str:
+    """How a run started by Continue from step k is named wherever it is shown ("" for any other run), e.g.
+    "Continuing from step 4 in run #12 (by olive): steps 1-3 reused, steps 4-5 run again" (with en dashes)."""
+    cont = (carry or {}).get("continued_from")
+    if not isinstance(cont, dict) or not cont.get("seq"):
+        return ""
+    by = f" (by {cont['by']})" if cont.get("by") else ""
+    reused = cont.get("reused") or []
+    again = cont.get("runs_again") or []
+    said_reused = f"{step_span(reused)} reused" if reused else "nothing reused"
+    said_again = f"{step_span(again)} {'runs' if len(again) == 1 else 'run'} again" if again else "nothing runs again"
+    text = f"Continuing from step {cont['seq']} in run #{cont.get('run')}{by}: {said_reused}, {said_again}."
+    if cont.get("accepted_duplicate_risk"):
+        text += f" Duplicate risk accepted: {cont.get('reason') or 'no reason given'}."
+    return text
+
+
+def continue_from_preview_lines(preview) -> dict:
+    """The preview's sentences (a `recovery.actions.continue_from.Preview`)."""
+    risky = preview.side_effects
+    again = [s["seq"] for s in preview.runs_again]
+    return {
+        "title": f"Continue task #{preview.task} from step {preview.seq} of run #{preview.run}",
+        "reused": (
+            f"Reused from run #{preview.run}: {step_span(preview.reused)}, their saved results; they do not run again."
+            if preview.reused
+            else "Nothing is reused: every saved step runs again, as in Start over."
+        ),
+        "runs_again": f"Runs again, fresh: {step_span(again)}.",
+        "risk": (
+            f"{step_span([s['seq'] for s in risky]).capitalize()} may act outside again (recovery mode notify): "
+            "what they did in the saved run may happen twice."
+            if risky
+            else "None of the steps that run again may act outside (no notify-mode step): no consent is needed."
+        ),
+        "note": "A new run of the task, not a recovery: the runs before it are no longer recovered.",
+    }
