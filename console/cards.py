@@ -8,6 +8,7 @@ from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 
+from console.continue_card import continue_from_offer
 from console.start_over_card import start_over_context
 from recovery import conversation, presenter
 from recovery.actions import followups
@@ -125,6 +126,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
     closed = task.status in ("done", "cancelled")
     run_live = current is not None and current.status in LIVE_RUN_STATUSES
     agents = list(Agent.objects.filter(org_id=task.org_id).order_by("name").values_list("name", flat=True)[:200])
+    start_over = start_over_context(task, current, hold=hold, live_actions=live) if operate else None
     return {
         "task": task,
         "view": view,
@@ -143,7 +145,11 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "undelivered": getattr(task, "followups_undelivered", 0),
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
-        "start_over": start_over_context(task, current, hold=hold, live_actions=live) if operate else None,
+        "start_over": start_over,
+        # Continue from step k: offered where Start over is (the same refusals), on the latest run's steps.
+        "continue_from": (
+            continue_from_offer(task, current, user=user) if start_over and start_over["available"] else None
+        ),
         "message": message,
         "typed": typed or {},
     }

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, bulk_views, ops, triage_views, views
+from console import accounts, bulk_views, continue_views, ops, triage_views, views
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -101,6 +101,7 @@ urlpatterns = [
     path("tasks/<int:task_id>/budget/", views.task_budget, name="task-budget"),
     path("tasks/<int:task_id>/dependencies/", views.task_dependencies, name="task-dependencies"),
     path("tasks/<int:task_id>/start-over/", views.task_start_over, name="task-start-over"),
+    path("tasks/<int:task_id>/continue-from/", continue_views.task_continue_from_page, name="task-continue-from"),
     path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
     path("agents/<str:agent>/runs/<int:run_id>/", views.run_view, name="run"),
     path("actions/<int:action_id>/retry/", views.action_retry, name="action-retry"),
