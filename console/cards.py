@@ -40,12 +40,16 @@ def action_context(
         else []
     )
     diverged = action.kind == ActionKind.DIVERGED
+    split = (evidence.get("seq") or action.seq) if diverged else None
     unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
     return {
         "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
         "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
+        # Continue from step k at the step where the paths split: a link into its preview (continue_views).
+        "diverged_seq": split,
+        "continue_from_split": presenter.continue_from_split_text(split) if split else "",
         # Start over from the card: the duplicate risk it must name (one query, only where it is offered).
         "start_over_risk": duplicate_risk(action.task_id) if "start_over" in view.controls else None,
         "is_workspace": workspace,

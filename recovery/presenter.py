@@ -2052,3 +2052,14 @@ def continue_from_preview_lines(preview) -> dict:
         ),
         "note": "A new run of the task, not a recovery: the runs before it are no longer recovered.",
     }
+
+
+def continue_from_split_text(seq) -> str:
+    """Under a diverged replay: what Continue from the split step does (its preview names every call first)."""
+    if not isinstance(seq, int) or seq < 1:
+        return ""
+    before = f"reuses {step_span(range(1, seq))}" if seq > 1 else "reuses nothing"
+    return (
+        f"A new run that {before} and lets the agent take step {seq} onward fresh; "
+        "the preview lists what runs again first."
+    )
