@@ -259,3 +259,30 @@ def test_the_preview_page_of_another_organizations_task_is_404(org, agent, other
     outsider = login(make_member(other_org, "gina", "operator"))
     assert outsider.get(f"/tasks/{task.pk}/continue-from/?seq=2").status_code == 404
     assert outsider.post(f"/tasks/{task.pk}/continue-from/", {"seq": "2"}).status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_diverged_replay_offers_continue_from_the_split_step_and_the_agent_takes_it_onward_fresh(
+    org, api, runner, operator, login
+):
+    from recovery.models import RecoveryAction
+    from tests.agents_api import Agent
+    from tests.factories import make_agent
+    from tests.helpers import outer_html
+    from tests.recovery.agent_scenarios import diverge
+
+    make_agent(org, "coder")
+    task, second = diverge(runner, api)
+    action = RecoveryAction.objects.get(run_id=second.run)
+    client = login(operator)
+    card = outer_html(client.get(f"/tasks/{task['id']}/").text, f"action-{action.pk}")
+    assert f'href="/tasks/{task["id"]}/continue-from/?seq=2"' in card
+    assert "Continue from step 2" in card and "reuses step 1 and lets the agent take step 2 onward fresh" in card
+
+    page = client.get(f"/tasks/{task['id']}/continue-from/?seq=2").content.decode()
+    assert f"Reused from run #{second.run}: step 1" in page and "file_read" in page
+    done = client.post(f"/tasks/{task['id']}/continue-from/", {"seq": "2"})
+    assert done.status_code == 302, done.content.decode()
+    assert RecoveryAction.objects.get(pk=action.pk).status == "retired"
+    claim = Agent.claims(runner).claim
+    assert [e["seq"] for e in claim["reused"]] == [1] and claim["next_seq"] == 2
