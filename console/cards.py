@@ -152,7 +152,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "start_over": start_over,
         # Continue from step k: offered where Start over is (the same refusals), on the latest run's steps.
         "continue_from": (
-            continue_from_offer(task, current, user=user) if start_over and start_over["available"] else None
+            continue_from_offer(task, current, operate=operate) if start_over and start_over["available"] else None
         ),
         "message": message,
         "typed": typed or {},
@@ -257,17 +257,21 @@ def render_run_card(
     return render_to_string("console/cards/run.html#card", ctx, request=request)
 
 
-def run_page_context(run: Run, ctx: dict) -> dict:
-    """What a run page shows around its card (lineage, diagnosis), from the card's own context."""
+def run_page_context(run: Run, ctx: dict, task_runs: dict[int, Run] | None = None) -> dict:
+    """What a run page shows around its card (lineage, diagnosis, Continue from step k on the task's latest run),
+    from the card's own context."""
     keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
-    return {"run": run, **{k: ctx[k] for k in keys}}
+    latest = task_runs is not None and max(task_runs) == run.pk
+    offer = continue_from_offer(run.task, run, operate=ctx["can_operate"]) if latest else None
+    return {"run": run, "continue_from": offer, **{k: ctx[k] for k in keys}}
 
 
 def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
     """A run page's lineage and diagnosis, as the page draws them: a push redraws them with the card."""
-    ctx = {**run_page_context(run, run_context(run, task_runs, user)), "oob": oob}
-    return render_to_string("console/run.html#lineage", ctx, request=request) + render_to_string(
-        "console/run.html#diagnosis", ctx, request=request
+    ctx = {**run_page_context(run, run_context(run, task_runs, user), task_runs), "oob": oob}
+    return "".join(
+        render_to_string(f"console/run.html#{part}", ctx, request=request)
+        for part in ("lineage", "continue_offer", "diagnosis")
     )
 
 

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from console.continue_card import continue_from_offer
 from recovery import presenter
 from recovery.actions.continue_from import continue_from_preview, task_continue_from
+from tasks.authz import can_operate
 from tasks.errors import Forbidden, NotFound, ServiceError
 from tasks.models import Run
 from tasks.selectors import org_admin_names, primary_membership, visible_tasks
@@ -80,7 +81,8 @@ def task_continue_from_page(request, task_id: int):
     elif raw is not None and error is None:
         error = ServiceError("Choose the step to continue from (a whole number).", field="seq")
     latest = Run.objects.filter(task_id=task_id).order_by("-id").first()
-    offer = None if preview is not None else continue_from_offer(task, latest, user=request.user)
+    operate = can_operate(request.user, task.org_id)
+    offer = None if preview is not None else continue_from_offer(task, latest, operate=operate)
     if offer is None and preview is None and error is None:
         # Nothing to pick (a viewer, a live run, a closed task): the service says why, read-only.
         try:

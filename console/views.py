@@ -13,7 +13,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import agent_settings, cards
-from console.continue_card import continue_from_offer
 from recovery import presenter
 from recovery.actions import commands as recovery_actions
 from recovery.actions import controls, followups
@@ -93,11 +92,7 @@ def run_view(request, agent: str, run_id: int):
             "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request, conversation=True),
             "conversation_html": cards.render_conversation(run, task_runs, request=request),
             "repair_html": cards.render_run_repair(run, user=request.user, request=request),
-            **cards.run_page_context(run, ctx),
-            # Continue from step k, on the task's latest run (console/continue_views.py shows the preview).
-            "continue_from": continue_from_offer(run.task, run, user=request.user)
-            if max(task_runs) == run.pk
-            else None,
+            **cards.run_page_context(run, ctx, task_runs),
             "nav": "board",
             "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
             "last_event": cursor,
