@@ -286,3 +286,23 @@ def test_a_diverged_replay_offers_continue_from_the_split_step_and_the_agent_tak
     assert RecoveryAction.objects.get(pk=action.pk).status == "retired"
     claim = Agent.claims(runner).claim
     assert [e["seq"] for e in claim["reused"]] == [1] and claim["next_seq"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_operators_continuing_at_once_queue_one_run(org, agent, operator, make_token_client):
+    from tests.factories import make_member
+    from tests.recovery.races import race
+
+    task = finished_five(org)
+    otto = make_member(org, "otto", "operator")
+    clients = [make_token_client(user_token(operator)), make_token_client(user_token(otto))]
+    body = {"seq": 3, "accept_duplicate_risk": True, "reason": "redo the tail"}
+    url = f"/api/tasks/{task.pk}/continue-from/"
+
+    responses = race([lambda c=c: c.post(url, body, format="json") for c in clients])
+
+    assert sorted(r.status_code for r in responses) == [202, 409], [r.content for r in responses]
+    assert next(r for r in responses if r.status_code == 409).json()["reason"] == "run_live"
+    assert Run.objects.filter(task=task).count() == 2
+    assert Event.objects.filter(task=task, kind="run_continued_from").count() == 1
+    assert Step.objects.filter(run__task=task, reused_from__isnull=False).count() == 2
