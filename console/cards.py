@@ -8,6 +8,7 @@ from django.db.models import F, Prefetch
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 
+from console.continue_card import continue_from_offer
 from console.start_over_card import start_over_context
 from recovery import conversation, notify, presenter
 from recovery.actions import followups
@@ -39,12 +40,16 @@ def action_context(
         else []
     )
     diverged = action.kind == ActionKind.DIVERGED
+    split = (evidence.get("seq") or action.seq) if diverged else None
     unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
     return {
         "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
         "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
+        # Continue from step k at the step where the paths split: a link into its preview (continue_views).
+        "diverged_seq": split,
+        "continue_from_split": presenter.continue_from_split_text(split) if split else "",
         # Start over from the card: the duplicate risk it must name (one query, only where it is offered).
         "start_over_risk": duplicate_risk(action.task_id) if "start_over" in view.controls else None,
         "is_workspace": workspace,
@@ -125,6 +130,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
     closed = task.status in ("done", "cancelled")
     run_live = current is not None and current.status in LIVE_RUN_STATUSES
     agents = list(Agent.objects.filter(org_id=task.org_id).order_by("name").values_list("name", flat=True)[:200])
+    start_over = start_over_context(task, current, hold=hold, live_actions=live) if operate else None
     return {
         "task": task,
         "view": view,
@@ -143,7 +149,11 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "undelivered": getattr(task, "followups_undelivered", 0),
         "agents": agents,
         "dependencies": list(task.dependencies.order_by("id").values("id", "title", "status")),
-        "start_over": start_over_context(task, current, hold=hold, live_actions=live) if operate else None,
+        "start_over": start_over,
+        # Continue from step k: offered where Start over is (the same refusals), on the latest run's steps.
+        "continue_from": (
+            continue_from_offer(task, current, operate=operate) if start_over and start_over["available"] else None
+        ),
         "message": message,
         "typed": typed or {},
     }
@@ -247,17 +257,21 @@ def render_run_card(
     return render_to_string("console/cards/run.html#card", ctx, request=request)
 
 
-def run_page_context(run: Run, ctx: dict) -> dict:
-    """What a run page shows around its card (lineage, diagnosis), from the card's own context."""
+def run_page_context(run: Run, ctx: dict, task_runs: dict[int, Run] | None = None) -> dict:
+    """What a run page shows around its card (lineage, diagnosis, Continue from step k on the task's latest run),
+    from the card's own context."""
     keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
-    return {"run": run, **{k: ctx[k] for k in keys}}
+    latest = task_runs is not None and max(task_runs) == run.pk
+    offer = continue_from_offer(run.task, run, operate=ctx["can_operate"]) if latest else None
+    return {"run": run, "continue_from": offer, **{k: ctx[k] for k in keys}}
 
 
 def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
     """A run page's lineage and diagnosis, as the page draws them: a push redraws them with the card."""
-    ctx = {**run_page_context(run, run_context(run, task_runs, user)), "oob": oob}
-    return render_to_string("console/run.html#lineage", ctx, request=request) + render_to_string(
-        "console/run.html#diagnosis", ctx, request=request
+    ctx = {**run_page_context(run, run_context(run, task_runs, user), task_runs), "oob": oob}
+    return "".join(
+        render_to_string(f"console/run.html#{part}", ctx, request=request)
+        for part in ("lineage", "continue_offer", "diagnosis")
     )
 
 

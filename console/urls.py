@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, breaker_views, bulk_views, notification_views, ops, triage_views, views
+from console import accounts, breaker_views, bulk_views, continue_views, notification_views, ops, triage_views, views
 from recovery.api import breakers as breakers_api
 from recovery.api import notifications as notifications_api
 from recovery.api import views as recovery_api
@@ -33,6 +33,11 @@ api = [
         name="api-task-dependencies",
     ),
     path("tasks/<int:task_id>/start-over/", recovery_api.TaskStartOverView.as_view(), name="api-task-start-over"),
+    path(
+        "tasks/<int:task_id>/continue-from/",
+        recovery_api.TaskContinueFromView.as_view(),
+        name="api-task-continue-from",
+    ),
     path("actions/<int:action_id>/", recovery_api.ActionDetailView.as_view(), name="api-action"),
     path("actions/<int:action_id>/retry/", recovery_api.ActionRetryView.as_view(), name="api-action-retry"),
     path("actions/<int:action_id>/decision/", recovery_api.ActionDecisionView.as_view(), name="api-action-decision"),
@@ -104,6 +109,7 @@ urlpatterns = [
     path("tasks/<int:task_id>/budget/", views.task_budget, name="task-budget"),
     path("tasks/<int:task_id>/dependencies/", views.task_dependencies, name="task-dependencies"),
     path("tasks/<int:task_id>/start-over/", views.task_start_over, name="task-start-over"),
+    path("tasks/<int:task_id>/continue-from/", continue_views.task_continue_from_page, name="task-continue-from"),
     path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
     path("agents/<str:agent>/runs/<int:run_id>/", views.run_view, name="run"),
     path("actions/<int:action_id>/retry/", views.action_retry, name="action-retry"),

@@ -92,7 +92,7 @@ def run_view(request, agent: str, run_id: int):
             "run_html": cards.render_run_card(run, task_runs, user=request.user, request=request, conversation=True),
             "conversation_html": cards.render_conversation(run, task_runs, request=request),
             "repair_html": cards.render_run_repair(run, user=request.user, request=request),
-            **cards.run_page_context(run, ctx),
+            **cards.run_page_context(run, ctx, task_runs),
             "nav": "board",
             "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
             "last_event": cursor,

@@ -33,6 +33,8 @@ KINDS: dict[str, str] = {
     "run_queued": "a run was queued",
     "run_claimed": "a worker claimed a run and holds its lease",
     "run_continued": "a continuation was queued for an interrupted or stopped run",
+    "run_continued_from": "a person continued a task from a chosen step in a new run (Continue from step k): "
+    "what it reuses, what runs again, the duplicate risk accepted and why (recovery/actions/continue_from.py)",
     "run_refused": "a continuation was refused before it started (the workspace no longer matched)",
     "run_stop_requested": "a person asked a run to stop",
     "run_stopped": "a run stopped (the stop is verified)",

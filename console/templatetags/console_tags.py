@@ -6,7 +6,7 @@ from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils import timezone
 from django.utils.html import format_html
 
-from recovery.presenter import fresh_start_text
+from recovery.presenter import continued_from_text, fresh_start_text
 from tasks.batches import item_position
 
 register = template.Library()
@@ -62,6 +62,12 @@ def say(line):
 def fresh_start(carry) -> str:
     """How a fresh run (Start over) is named on its card and page; "" for any other run."""
     return fresh_start_text(carry if isinstance(carry, dict) else None)
+
+
+@register.filter
+def continued_from(carry) -> str:
+    """How a run started by Continue from step k is named on its page; "" for any other run."""
+    return continued_from_text(carry if isinstance(carry, dict) else None)
 
 
 @register.filter

@@ -351,12 +351,12 @@ def continuation_create(
         payload={"reason": reason},
     )
     workspaces.record_declared(source=source, steps=by_seq, performed=declared_effects)
-    copies = [_copy(step, run, now, phase="completed", result=result) for step, result in carried]
+    copies = [step_copy(step, run, now, phase="completed", result=result) for step, result in carried]
     for step in failed_copies:
-        copies.append(_copy(step, run, now, phase="failed", result=step.result, error=step.error))
+        copies.append(step_copy(step, run, now, phase="failed", result=step.result, error=step.error))
     for step, _ in noticed:
         # The notice stands in for a result: the copy holds no result and is never run again.
-        copies.append(_copy(step, run, now, phase="completed", result=None))
+        copies.append(step_copy(step, run, now, phase="completed", result=None))
     Step.objects.bulk_create(copies)
     if nested:
         parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
@@ -417,7 +417,7 @@ def continuation_create(
     return run
 
 
-def _copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> Step:
+def step_copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> Step:
     """A top-level step carried into `run`: it points at the step that ran, and costs nothing again."""
     return Step(
         run=run,

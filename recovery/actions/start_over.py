@@ -77,27 +77,10 @@ def _live_run(task: Task) -> Run | None:
     return Run.objects.filter(task=task, status__in=LIVE_RUN_STATUSES).order_by("-id").first()
 
 
-@transaction.atomic
-def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) -> Run:
-    """Queue a fresh run of the task from the beginning of its input; it reuses nothing.
-
-    Needs the operator role (404 for a task the user cannot see). Refused with
-    409 `gate_closed` while a gate holds the task (closed, paused, budget,
-    dependency, a live workspace action: `workspace_hold`) or a run of it
-    still holds a live lease (`lease_live`); with
-    `not_eligible` (`reason: run_live`) while another run of it is queued or
-    running; and with `not_eligible` (`reason: duplicate_risk_not_accepted`,
-    `steps`) when earlier runs dispatched notify-mode steps and the risk of
-    doing them twice was not accepted. Live recovery actions of the task are
-    retired, saying why. One event (`run_queued`, with `fresh_start`).
-    """
-    found = visible_tasks(user).filter(pk=task_id).values_list("org_id", flat=True).first()
-    if found is None:
-        raise NotFound(f"No task #{task_id}.")
-    require_role(user, found, Role.OPERATOR, what=f"No task #{task_id}.")
-    # The lock serializes two people starting the same task over; the partial
-    # unique index on live runs settles anything else.
-    task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
+def refuse_while_held(task: Task, *, what: str) -> None:
+    """The refusals a new chain of `task` meets (Start over, Continue from step k), in the caller's transaction:
+    GateClosed for a closed gate (a live lease: `lease_live`, a live workspace action: `workspace_hold`, …),
+    then NotEligible `run_live` while another run of the task is queued or running."""
     live = _live_run(task)
     lease_live = (
         live is not None
@@ -122,10 +105,34 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
         raise GateClosed(gate.detail, gate=gate.gate, lifted_by=gate.lifted_by)
     if live is not None:
         raise NotEligible(
-            f"Run #{live.pk} of this task is {live.status}; start over once it has ended (or stop it first).",
+            f"Run #{live.pk} of this task is {live.status}; {what} once it has ended (or stop it first).",
             reason="run_live",
             run=live.pk,
         )
+
+
+@transaction.atomic
+def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) -> Run:
+    """Queue a fresh run of the task from the beginning of its input; it reuses nothing.
+
+    Needs the operator role (404 for a task the user cannot see). Refused with
+    409 `gate_closed` while a gate holds the task (closed, paused, budget,
+    dependency, a live workspace action: `workspace_hold`) or a run of it
+    still holds a live lease (`lease_live`); with
+    `not_eligible` (`reason: run_live`) while another run of it is queued or
+    running; and with `not_eligible` (`reason: duplicate_risk_not_accepted`,
+    `steps`) when earlier runs dispatched notify-mode steps and the risk of
+    doing them twice was not accepted. Live recovery actions of the task are
+    retired, saying why. One event (`run_queued`, with `fresh_start`).
+    """
+    found = visible_tasks(user).filter(pk=task_id).values_list("org_id", flat=True).first()
+    if found is None:
+        raise NotFound(f"No task #{task_id}.")
+    require_role(user, found, Role.OPERATOR, what=f"No task #{task_id}.")
+    # The lock serializes two people starting the same task over; the partial
+    # unique index on live runs settles anything else.
+    task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
+    refuse_while_held(task, what="start over")
     first = Run.objects.filter(task=task).order_by("id").first()
     if first is None:
         raise NotEligible(f"Task #{task.pk} has no input to start from.")
@@ -139,12 +146,7 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
             more=risk.more,
         )
     previous = Run.objects.filter(task=task).order_by("-id").first()
-    retiring = list(
-        RecoveryAction.objects.select_for_update(of=("self",))
-        .filter(task=task, status__in=LIVE_ACTION_STATUSES)
-        .order_by("id")
-        .values_list("pk", flat=True)
-    )
+    retiring = live_action_ids(task)
     who = actor_label(user)
     run = run_enqueue(
         task=task,
@@ -160,18 +162,33 @@ def task_start_over(*, task_id: int, user, accept_duplicate_risk: bool = False) 
             "notify_steps": [{"run": s["run"], "seq": s["seq"], "tool": s["tool"]} for s in risk.steps],
         },
     )
-    if retiring:
-        # Retired inside this transaction; the run_queued event above names them (one event).
-        now = timezone.now()
-        ACTIONS.move_all(
-            RecoveryAction.objects.filter(pk__in=retiring),
-            ActionStatus.RETIRED,
-            resolution="retired",
-            resolution_note=f"the task was started over by {who} in run #{run.pk}",
-            closed_at=now,
-            updated_at=now,
-        )
+    # Retired inside this transaction; the run_queued event above names them (one event).
+    retire_actions(retiring, note=f"the task was started over by {who} in run #{run.pk}")
     return run
+
+
+def live_action_ids(task: Task) -> list[int]:
+    """The task's live recovery actions, locked: a new chain retires them."""
+    return list(
+        RecoveryAction.objects.select_for_update(of=("self",))
+        .filter(task=task, status__in=LIVE_ACTION_STATUSES)
+        .order_by("id")
+        .values_list("pk", flat=True)
+    )
+
+
+def retire_actions(ids: list[int], *, note: str) -> None:
+    if not ids:
+        return
+    now = timezone.now()
+    ACTIONS.move_all(
+        RecoveryAction.objects.filter(pk__in=ids),
+        ActionStatus.RETIRED,
+        resolution="retired",
+        resolution_note=note,
+        closed_at=now,
+        updated_at=now,
+    )
 
 
 def _risk_text(risk: DuplicateRisk) -> str:

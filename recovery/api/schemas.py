@@ -183,6 +183,23 @@ class QueuedRunOut(serializers.Serializer):
     status = serializers.CharField(required=False)
     continues = serializers.IntegerField(required=False, **Nullable)
     fresh_start = serializers.BooleanField(required=False)
+    continued_from = serializers.JSONField(
+        required=False, help_text="Continue from step k: the run reused from, `seq`, `reused`, `runs_again`"
+    )
+
+
+class RunsAgainOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    tool = serializers.CharField()
+    args = serializers.JSONField()
+    recovery_mode = serializers.CharField()
+    side_effect = serializers.BooleanField(help_text="its recovery mode is notify: running it again may act outside")
+
+
+class ContinueFromPreviewOut(serializers.Serializer):
+    reused = serializers.ListField(child=serializers.IntegerField(), help_text="steps whose saved results are reused")
+    runs_again = RunsAgainOut(many=True)
+    needs_consent = serializers.BooleanField(help_text="a step that runs again may act outside")
 
 
 class RepairResultOut(RepairOut):

@@ -6,7 +6,7 @@ from rest_framework.response import Response
 
 from recovery import presenter, selectors
 from recovery.actions import commands as actions
-from recovery.actions import controls, followups, start_over
+from recovery.actions import continue_from, controls, followups, start_over
 from recovery.api import schemas
 from recovery.api.shapes import action_data, attempt_data, run_data, task_data
 from recovery.modes import current_modes
@@ -461,6 +461,45 @@ class TaskStartOverView(OperatorView):
             )
             return Response(
                 {"run": run.pk, "task": task_id, "continues": None, "fresh_start": True},
+                status=status.HTTP_202_ACCEPTED,
+            )
+
+        return idempotent(request, handle)
+
+
+class TaskContinueFromView(OperatorView):
+    """Continue from step k: a new run reusing steps 1..k-1 of the latest run, running k onward fresh (never a
+    recovery). `preview: true` only reads what it would reuse and run again."""
+
+    class ContinueFromInputSerializer(serializers.Serializer):
+        seq = serializers.IntegerField(min_value=-ID_MAX, max_value=ID_MAX)
+        preview = serializers.BooleanField(required=False, default=False)
+        accept_duplicate_risk = serializers.BooleanField(required=False, default=False)
+        reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+    @extend_schema(
+        request=ContinueFromInputSerializer,
+        responses={200: schemas.ContinueFromPreviewOut, 202: schemas.QueuedRunOut},
+    )
+    def post(self, request, task_id: int):
+        get_task(request.user, task_id)
+        data = self.ContinueFromInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        if v["preview"]:
+            preview = continue_from.continue_from_preview(task_id=task_id, user=request.user, seq=v["seq"])
+            return Response(preview.as_dict())
+
+        def handle():
+            run = continue_from.task_continue_from(
+                task_id=task_id,
+                user=request.user,
+                seq=v["seq"],
+                accept_duplicate_risk=v["accept_duplicate_risk"],
+                reason=v["reason"],
+            )
+            return Response(
+                {"run": run.pk, "task": task_id, "continues": None, "continued_from": run.carry["continued_from"]},
                 status=status.HTTP_202_ACCEPTED,
             )
 

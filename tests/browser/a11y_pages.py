@@ -268,6 +268,12 @@ PAGES: list[Visit] = [
     Visit("run", "/agents/{agent}/runs/{unknown_run}/"),
     Visit("task: an agent's replay diverged, both calls side by side", "/tasks/{diverged_task}/"),
     Visit("run of an agent: prompt, tokens, output", "/agents/coder/runs/{agent_run}/"),
+    Visit(
+        "continue from step 1: the preview asks to accept the duplicate risk, with a reason",
+        "/tasks/{unknown_task}/continue-from/?seq=1",
+        roles=("operator", "admin"),
+    ),
+    Visit("continue from a step refused", "/tasks/{unknown_task}/continue-from/?seq=1", roles=("viewer",), status=403),
     Visit("workers and supervisor", "/workers/"),
     Visit("recovery breakers", "/breakers/"),
     Visit("a recovery breaker: the tasks it counted, Close for admins", "/breakers/{breaker}/"),

@@ -105,6 +105,8 @@ TABLE: dict[str, Row] = {
     "task-reopen": Row("POST", "page", expect(302, 403, 409, 409, 404, 404, 403), ("task_id",), {"reason": "m"}),
     "task-budget": Row("POST", "page", expect(302, 403, 403, 200, 404, 404, 403), ("task_id",),
                        {"limit": "10", "budget_reason": "matrix"}),
+    # Continue from step 1 would run the undecided file_write again: it needs the duplicate risk accepted (409).
+    "task-continue-from": Row("POST", "page", expect(302, 403, 409, 409, 404, 404, 403), ("task_id",), {"seq": "1"}),
     "task-dependencies": Row("POST", "page", expect(302, 403, 404, 404, 404, 404, 403), ("task_id",),
                              {"add": "999999"}),
     "task-start-over": Row("POST", "page", expect(302, 403, 409, 409, 404, 404, 403), ("task_id",)),
@@ -166,6 +168,8 @@ TABLE: dict[str, Row] = {
     "api-task-dependencies": Row("POST", "api", expect(401, 403, 404, 404, 404, 404, 403), ("task_id",),
                                  {"add": [999_999]}),
     "api-task-start-over": Row("POST", "api", expect(401, 403, 409, 409, 404, 404, 403), ("task_id",)),
+    # The preview only reads (operator); other organizations and other people's private tasks are 404.
+    "api-task-continue-from": Row("POST", "api", API_OPERATE_200, ("task_id",), {"seq": 1, "preview": True}),
     "api-action": Row("GET", "api", API_READ, ("action_id",)),
     "api-action-retry": Row("POST", "api", expect(401, 403, 409, 409, 404, 404, 403), ("action_id",), {"version": 1}),
     "api-action-decision": Row("POST", "api", API_OPERATE_200, ("action_id",),

@@ -2,7 +2,7 @@
 
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
-from tests.agents_api import Agent, prompt_task
+from tests.agents_api import Agent, model_args, prompt_task
 from tests.recovery import engine
 
 
@@ -33,3 +33,26 @@ def history(agent: Agent) -> None:
 
 
 WRITE = ("file_write", {"path": "notes.md", "content": "# Notes"})
+
+
+def diverge(runner, api):
+    """An agent run cut off at step 3 whose continuation replayed into another call at step 2: (task, agent)."""
+    task = prompt_task(api)
+    first = Agent.claims(runner)
+    first.turn(1, {"m": 1}, "read a")
+    first.call(2, "file_read", {"path": "a.md"})
+    first.cut_off(3, "model", model_args({"m": 3}))
+    crash_and_supervise()
+    second = Agent.claims(runner)
+    body = {
+        "error_code": "diverged",
+        "detail": "step 2 asked file_read b.md",
+        "diverged": {
+            "seq": 2,
+            "saved": {"tool": "file_read", "args": {"path": "a.md"}},
+            "asked": {"tool": "file_read", "args": {"path": "b.md"}},
+        },
+    }
+    r = second.finish("failed", **body)
+    assert r.status_code == 200 and r.json()["status"] == "failed" and r.json()["error_code"] == "diverged"
+    return task, second

@@ -14,7 +14,7 @@ from tests.agents_api import Agent, model_args, prompt_task
 from tests.factories import make_agent
 from tests.helpers import claim, create_task, outer_html, plan, visible_text
 from tests.recovery import engine
-from tests.recovery.agent_scenarios import WRITE, crash_and_supervise, history, parked
+from tests.recovery.agent_scenarios import WRITE, crash_and_supervise, diverge, history, parked
 
 
 @pytest.fixture
@@ -221,28 +221,6 @@ def test_tell_agent_does_not_touch_scripted_plans_or_a_person_who_asks(api, runn
 
 
 # --- a replay that diverged -----------------------------------------------------------------------------
-
-
-def diverge(runner, api):
-    task = prompt_task(api)
-    first = Agent.claims(runner)
-    first.turn(1, {"m": 1}, "read a")
-    first.call(2, "file_read", {"path": "a.md"})
-    first.cut_off(3, "model", model_args({"m": 3}))
-    crash_and_supervise()
-    second = Agent.claims(runner)
-    body = {
-        "error_code": "diverged",
-        "detail": "step 2 asked file_read b.md",
-        "diverged": {
-            "seq": 2,
-            "saved": {"tool": "file_read", "args": {"path": "a.md"}},
-            "asked": {"tool": "file_read", "args": {"path": "b.md"}},
-        },
-    }
-    r = second.finish("failed", **body)
-    assert r.status_code == 200 and r.json()["status"] == "failed" and r.json()["error_code"] == "diverged"
-    return task, second
 
 
 def test_a_diverged_replay_ends_failed_and_opens_its_action_with_both_calls(api, runner, coder, operator):
