@@ -210,11 +210,12 @@ def destinations(org_id: int) -> list[NotificationDestination]:
     return list(NotificationDestination.objects.filter(org_id=org_id).order_by("id"))
 
 
-def deliveries(org_id: int, *, limit: int = DELIVERY_LOG) -> list[NotificationDelivery]:
-    """The organization's newest deliveries, each with its tries."""
-    return list(
-        NotificationDelivery.objects.filter(org_id=org_id).select_related("destination", "task").order_by("-id")[:limit]
-    )
+def deliveries(org_id: int, *, limit: int = DELIVERY_LOG, before: int | None = None) -> list[NotificationDelivery]:
+    """The organization's newest deliveries (older than delivery `before`, when given), each with its tries."""
+    rows = NotificationDelivery.objects.filter(org_id=org_id)
+    if before is not None:
+        rows = rows.filter(pk__lt=before)
+    return list(rows.select_related("destination", "task").order_by("-id")[:limit])
 
 
 def destination_data(dest: NotificationDestination) -> dict:

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from recovery import notify
 from recovery.models import NOTICE_TYPES
-from tasks.api import BaseAPIView
+from tasks.api import BaseAPIView, int_param, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotFound
@@ -114,7 +114,14 @@ class DeliveryListView(BaseAPIView):
 
     permission_classes = [IsPerson]
 
-    @extend_schema(parameters=[OpenApiParameter("org", str)], responses=DeliveryPageOut)
+    @extend_schema(
+        parameters=[OpenApiParameter("org", str), OpenApiParameter("before", int)], responses=DeliveryPageOut
+    )
     def get(self, request):
+        """Newest first, a page of `notify.DELIVERY_LOG`; `next` carries `before` (the last delivery's id)."""
         org_id = _org(request)
-        return Response({"results": [notify.delivery_data(d) for d in notify.deliveries(org_id)], "next": None})
+        page = notify.deliveries(org_id, limit=notify.DELIVERY_LOG + 1, before=int_param(request, "before"))
+        more = len(page) > notify.DELIVERY_LOG
+        page = page[: notify.DELIVERY_LOG]
+        items = [notify.delivery_data(d) for d in page]
+        return Response(paginate(request, items, cursor_param="before", cursor_value=page[-1].pk if more else None))

@@ -208,6 +208,24 @@ def test_a_breaker_notice_names_the_agent_and_failure_and_links_to_the_breaker(o
     assert data["url"].endswith("/breakers/7/")
 
 
+def test_the_delivery_log_is_paged_newest_first_and_next_says_when_there_is_more(org, admin_api):
+    dest = NotificationDestination.objects.get(pk=add(admin_api, url="https://a.example.com/").json()["id"])
+    now = timezone.now()
+    NotificationDelivery.objects.bulk_create(
+        NotificationDelivery(
+            org=org, destination=dest, notice="decision_waiting", event_id=i, payload={}, next_attempt_at=now
+        )
+        for i in range(notify.DELIVERY_LOG + 5)
+    )
+    first = admin_api.get("/api/notifications/deliveries/").json()
+    assert len(first["results"]) == notify.DELIVERY_LOG and first["next"]
+    ids = [d["id"] for d in first["results"]]
+    assert ids == sorted(ids, reverse=True)
+    rest = admin_api.get(first["next"]).json()
+    assert len(rest["results"]) == 5 and rest["next"] is None
+    assert max(d["id"] for d in rest["results"]) < min(ids)
+
+
 # --- delivery by the supervisor ------------------------------------------------------------------------------
 
 
