@@ -350,7 +350,7 @@ def task_row_context(task: Task, user) -> dict:
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
     attempts, attempts_title = presenter.row_attempts(lead, current)
-    deadline = notify.deadline_seconds()
+    deadline = notify.deadline_seconds(task.org)
     overdue = any(notify.is_overdue(a, deadline=deadline) for a in waiting)
     return {
         "overdue": overdue,
