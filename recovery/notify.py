@@ -16,7 +16,8 @@
   and a destination with `CONSOLE_NOTIFY_FAILING_AFTER` deliveries in a row given up is marked failing: shown so on
   the settings page and sent nothing new until an admin turns it on again.
 - **Decision deadlines** (`overdue_notice`, a supervisor duty): a decision open longer than
-  its organization's deadline (`recovery.limits`; default `CONSOLE_DECISION_DEADLINE_SECONDS`) is overdue (`is_overdue`, read from its opening time by the board and inbox);
+  its organization's deadline (`recovery.limits`; by default `CONSOLE_DECISION_DEADLINE_SECONDS`) is overdue
+  (`is_overdue`, read from its opening time by the board and inbox);
   the first pass that finds it writes its `OverdueDecision` row (unique per action) with a `decision_overdue` event,
   whose outbox rows are the `deadline_passed` notices. A deadline decides nothing: the action stays open.
 """

@@ -56,7 +56,7 @@ def failure_of(run: Run, diagnosis) -> tuple[str, str]:
 
 def failure_record(run: Run, diagnosis, *, now=None) -> RecoveryBreaker | None:
     """Record that recovery opens for `run` (once per run), in the caller's transaction, and trip the breaker of
-    its agent and signature when more than its organization's breaker threshold of distinct tasks did so within the window.
+    its agent and signature when more distinct tasks than its organization's threshold did so within its window.
 
     Returns the breaker this call opened, or None. Two supervisors tripping it at once make one breaker: the
     partial unique index `breaker_one_in_force` refuses the second insert, which then counts into the first.
