@@ -10,7 +10,7 @@ from django.utils.dateparse import parse_datetime
 
 from console.continue_card import continue_from_offer
 from console.start_over_card import start_over_context
-from recovery import conversation, notify, presenter
+from recovery import conversation, limits, notify, presenter
 from recovery.actions import followups
 from recovery.actions.start_over import duplicate_risk
 from recovery.api.shapes import action_view_of
@@ -42,7 +42,12 @@ def action_context(
     diverged = action.kind == ActionKind.DIVERGED
     split = (evidence.get("seq") or action.seq) if diverged else None
     unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
+    deadline = _deadline_of(action) if action.status == "open" and not workspace else 0
+    overdue = bool(deadline) and notify.is_overdue(action, deadline=deadline)
     return {
+        "overdue": overdue,
+        "overdue_text": presenter.overdue_text(deadline) if overdue else "",
+        "overdue_badge": presenter.OVERDUE_BADGE,
         "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
@@ -70,6 +75,17 @@ def action_context(
         "message_code": message_code,
         "typed": typed or {},
     }
+
+
+def _deadline_of(action: RecoveryAction) -> int:
+    """The decision deadline of the action's organization, from the organization already loaded with the action or
+    its task (the task page and the action's own answer load it); else one query."""
+    if RecoveryAction._meta.get_field("org").is_cached(action):
+        return notify.deadline_seconds(action.org)
+    task = action.task if RecoveryAction._meta.get_field("task").is_cached(action) else None
+    if task is not None and Task._meta.get_field("org").is_cached(task):
+        return notify.deadline_seconds(task.org)
+    return limits.limits_for(action.org_id).decision_deadline_seconds
 
 
 def _model_reason(action: RecoveryAction, task_runs=None):

@@ -175,3 +175,23 @@ def test_operators_and_viewers_are_refused_the_page_and_the_service(org, operato
 def test_the_service_refuses_a_value_out_of_bounds(org, admin_user):
     with pytest.raises(Invalid):
         limits.org_limits_set(user=admin_user, org_id=org.pk, values={"breaker_window_seconds": 30})
+
+
+@pytest.mark.django_db
+def test_an_overdue_decision_is_marked_on_the_task_pages_action_card(org, operator, defaults):
+    make_agent(org, "builder")
+    late = unknown_outcome_action(org, title="Waited all afternoon")
+    fresh = unknown_outcome_action(org, title="Just opened")
+    RecoveryAction.objects.filter(pk=late.pk).update(created_at=timezone.now() - timedelta(hours=2))
+    page = Client()
+    page.force_login(operator)
+
+    def card(action) -> str:
+        body = page.get(f"/tasks/{action.task_id}/").content.decode()
+        start = body.index(f'id="action-{action.pk}"')
+        return body[start : body.index("</article>", start)]
+
+    marked = card(late)
+    assert 'class="badge overdue"' in marked
+    assert "Waiting longer than the 1 hour deadline; it still waits for a person." in marked
+    assert "badge overdue" not in card(fresh)
