@@ -279,7 +279,19 @@ def run_page_context(run: Run, ctx: dict, task_runs: dict[int, Run] | None = Non
     keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
     latest = task_runs is not None and max(task_runs) == run.pk
     offer = continue_from_offer(run.task, run, operate=ctx["can_operate"]) if latest else None
-    return {"run": run, "continue_from": offer, **{k: ctx[k] for k in keys}}
+    # The latest run a person started by Continue from step k of this one (from the task's loaded runs: no query).
+    later = max(
+        (r for r in (task_runs or {}).values() if ((r.carry or {}).get("continued_from") or {}).get("run") == run.pk),
+        key=lambda r: r.pk,
+        default=None,
+    )
+    return {
+        "run": run,
+        "continue_from": offer,
+        "continued_later": later,
+        "continued_later_text": presenter.continued_later_text(later),
+        **{k: ctx[k] for k in keys},
+    }
 
 
 def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:

@@ -2202,3 +2202,12 @@ def limit_invalid_text(field: str, low: int, high: int) -> str:
     """A limit refused: which, and what it accepts."""
     label, unit, _ = LIMIT_FIELDS[field]
     return f"{label}: a whole number of {unit} from {low} to {high}, or blank for the deployment's default."
+
+
+def continued_later_text(later) -> str:
+    """On a run's page: the run a person started later by Continue from step k of it ("" for none), e.g.
+    "Continued from step 4 in run #13" (its step and its number, from the later run's saved carry)."""
+    cont = ((getattr(later, "carry", None) or {}) if later is not None else {}).get("continued_from")
+    if not isinstance(cont, dict) or not cont.get("seq"):
+        return ""
+    return f"Continued from step {cont['seq']} in run #{later.pk}"
