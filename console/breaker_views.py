@@ -31,7 +31,7 @@ def _entry(b, user) -> dict:
 @login_required
 def breaker_list(request):
     entries = [_entry(b, request.user) for b in selectors.breakers_recent(request.user)]
-    return render(request, "console/breakers.html", {"entries": entries})
+    return render(request, "console/breakers.html", {"entries": entries, "nav": "breakers"})
 
 
 def _detail(request, breaker_id: int, *, error: str = "", reason: str = "", status: int = 200):
@@ -46,6 +46,7 @@ def _detail(request, breaker_id: int, *, error: str = "", reason: str = "", stat
         "tasks_text": presenter.breaker_tasks_text(len(tasks)),
         "error": error,
         "reason": reason,
+        "nav": "breakers",
     }
     return render(request, "console/breaker.html", ctx, status=status)
 

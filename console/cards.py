@@ -10,7 +10,7 @@ from django.utils.dateparse import parse_datetime
 
 from console.continue_card import continue_from_offer
 from console.start_over_card import start_over_context
-from recovery import conversation, notify, presenter
+from recovery import conversation, limits, notify, presenter
 from recovery.actions import followups
 from recovery.actions.start_over import duplicate_risk
 from recovery.api.shapes import action_view_of
@@ -42,7 +42,12 @@ def action_context(
     diverged = action.kind == ActionKind.DIVERGED
     split = (evidence.get("seq") or action.seq) if diverged else None
     unknown = action.kind == ActionKind.UNKNOWN_OUTCOME
+    deadline = _deadline_of(action) if action.status == "open" and not workspace else 0
+    overdue = bool(deadline) and notify.is_overdue(action, deadline=deadline)
     return {
+        "overdue": overdue,
+        "overdue_text": presenter.overdue_text(deadline) if overdue else "",
+        "overdue_badge": presenter.OVERDUE_BADGE,
         "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
         "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
@@ -70,6 +75,17 @@ def action_context(
         "message_code": message_code,
         "typed": typed or {},
     }
+
+
+def _deadline_of(action: RecoveryAction) -> int:
+    """The decision deadline of the action's organization, from the organization already loaded with the action or
+    its task (the task page and the action's own answer load it); else one query."""
+    if RecoveryAction._meta.get_field("org").is_cached(action):
+        return notify.deadline_seconds(action.org)
+    task = action.task if RecoveryAction._meta.get_field("task").is_cached(action) else None
+    if task is not None and Task._meta.get_field("org").is_cached(task):
+        return notify.deadline_seconds(task.org)
+    return limits.limits_for(action.org_id).decision_deadline_seconds
 
 
 def _model_reason(action: RecoveryAction, task_runs=None):
@@ -263,7 +279,19 @@ def run_page_context(run: Run, ctx: dict, task_runs: dict[int, Run] | None = Non
     keys = ("diagnosis", "diagnosis_reasons", "diagnosis_line", "continuation", "continued_by_text")
     latest = task_runs is not None and max(task_runs) == run.pk
     offer = continue_from_offer(run.task, run, operate=ctx["can_operate"]) if latest else None
-    return {"run": run, "continue_from": offer, **{k: ctx[k] for k in keys}}
+    # The latest run a person started by Continue from step k of this one (from the task's loaded runs: no query).
+    later = max(
+        (r for r in (task_runs or {}).values() if ((r.carry or {}).get("continued_from") or {}).get("run") == run.pk),
+        key=lambda r: r.pk,
+        default=None,
+    )
+    return {
+        "run": run,
+        "continue_from": offer,
+        "continued_later": later,
+        "continued_later_text": presenter.continued_later_text(later),
+        **{k: ctx[k] for k in keys},
+    }
 
 
 def render_run_page_parts(run: Run, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
@@ -350,7 +378,7 @@ def task_row_context(task: Task, user) -> dict:
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
     attempts, attempts_title = presenter.row_attempts(lead, current)
-    deadline = notify.deadline_seconds()
+    deadline = notify.deadline_seconds(task.org)
     overdue = any(notify.is_overdue(a, deadline=deadline) for a in waiting)
     return {
         "overdue": overdue,

@@ -288,7 +288,7 @@ def board_rows(task_ids: set[int], *, viewer, selectable: bool = False) -> dict[
     a row carries no other control, and its selection checkbox only for operators and admins."""
     tasks = list(
         annotate_state(Task.objects.filter(pk__in=task_ids))
-        .select_related("agent")
+        .select_related("agent", "org")
         .prefetch_related(action_prefetch(live_only=True))
     )
     attach_current_runs(tasks)

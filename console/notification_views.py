@@ -86,7 +86,7 @@ def settings_notifications(request):
             "kinds": list(presenter.DESTINATION_KINDS.items()),
             "destinations": _destination_rows(membership.org_id),
             "deliveries": _delivery_rows(membership.org_id),
-            "deadline_text": presenter.overdue_text(notify.deadline_seconds()),
+            "deadline_text": presenter.overdue_text(notify.deadline_seconds(membership.org)),
         },
         status=status,
     )

@@ -132,12 +132,11 @@ def render_board_refusal(request, params, error: ServiceError, typed: dict):
 
 def inbox_context(user) -> dict:
     actions = triage.inbox_actions(user)
-    deadline = notify.deadline_seconds()
     items = [
         {
             "action": a,
-            "overdue": notify.is_overdue(a, deadline=deadline),
-            "overdue_text": presenter.overdue_text(deadline),
+            "overdue": notify.is_overdue(a, deadline=notify.deadline_seconds(a.org)),
+            "overdue_text": presenter.overdue_text(notify.deadline_seconds(a.org)),
             "badge": presenter.TASK_STATES["exhausted" if a.status == "exhausted" else "needs_decision"],
             "cause_text": presenter.cause(a.cause),
             "owner": presenter.owner(a.recovery_owner) or "operators",

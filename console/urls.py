@@ -2,7 +2,17 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, breaker_views, bulk_views, continue_views, notification_views, ops, triage_views, views
+from console import (
+    accounts,
+    breaker_views,
+    bulk_views,
+    continue_views,
+    limits_views,
+    notification_views,
+    ops,
+    triage_views,
+    views,
+)
 from recovery.api import breakers as breakers_api
 from recovery.api import notifications as notifications_api
 from recovery.api import views as recovery_api
@@ -124,6 +134,7 @@ urlpatterns = [
     path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
     path("settings/exports/", views.settings_exports, name="settings-exports"),
     path("settings/notifications/", notification_views.settings_notifications, name="settings-notifications"),
+    path("settings/recovery/", limits_views.settings_recovery, name="settings-recovery"),
     path(
         "settings/notifications/<int:destination_id>/enable/",
         notification_views.settings_notifications_enable,

@@ -16,7 +16,8 @@
   and a destination with `CONSOLE_NOTIFY_FAILING_AFTER` deliveries in a row given up is marked failing: shown so on
   the settings page and sent nothing new until an admin turns it on again.
 - **Decision deadlines** (`overdue_notice`, a supervisor duty): a decision open longer than
-  `CONSOLE_DECISION_DEADLINE_SECONDS` is overdue (`is_overdue`, read from its opening time by the board and inbox);
+  its organization's deadline (`recovery.limits`; by default `CONSOLE_DECISION_DEADLINE_SECONDS`) is overdue
+  (`is_overdue`, read from its opening time by the board and inbox);
   the first pass that finds it writes its `OverdueDecision` row (unique per action) with a `decision_overdue` event,
   whose outbox rows are the `deadline_passed` notices. A deadline decides nothing: the action stays open.
 """
@@ -34,11 +35,11 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from recovery import presenter
+from recovery import limits, presenter
 from recovery.models import (
     DELIVERY_DUE,
     NOTICE_TYPES,
@@ -72,9 +73,10 @@ def _setting(name: str, default: float) -> float:
     return float(value)
 
 
-def deadline_seconds() -> int:
-    """How long a decision may wait before it is overdue [4 hours], for every organization of the deployment."""
-    return int(_setting("CONSOLE_DECISION_DEADLINE_SECONDS", 4 * 3600))
+def deadline_seconds(org=None) -> int:
+    """How long a decision may wait before it is overdue in `org` (an Organization already loaded): its own deadline
+    where an admin set one, else the deployment's [4 hours]."""
+    return limits.limits_of(org).decision_deadline_seconds
 
 
 def max_attempts() -> int:
@@ -493,11 +495,16 @@ def is_overdue(action, *, now: datetime | None = None, deadline: int | None = No
 
 def overdue_notice(*, limit: int = 200) -> list[int]:
     """Record each decision newly past its deadline, once (its `decision_overdue` event is the notice). The action
-    is not touched: it stays open, for a person."""
-    deadline = deadline_seconds()
-    cutoff = timezone.now() - timedelta(seconds=deadline)
+    is not touched: it stays open, for a person. Each organization's own deadline applies."""
+    now = timezone.now()
+    default = deadline_seconds()
+    own = limits.deadline_overrides()
+    due = Q(created_at__lte=now - timedelta(seconds=default)) & ~Q(org_id__in=list(own))
+    for seconds in set(own.values()):
+        orgs = [org for org, s in own.items() if s == seconds]
+        due |= Q(org_id__in=orgs, created_at__lte=now - timedelta(seconds=seconds))
     found = (
-        RecoveryAction.objects.filter(status=ActionStatus.OPEN, created_at__lte=cutoff, overdue__isnull=True)
+        RecoveryAction.objects.filter(due, status=ActionStatus.OPEN, overdue__isnull=True)
         .exclude(kind__in=WORKSPACE_KINDS)
         .order_by("id")
         .values_list("pk", flat=True)[:limit]
@@ -513,6 +520,7 @@ def overdue_notice(*, limit: int = 200) -> list[int]:
                 )
                 if action is None:
                     continue
+                deadline = own.get(action.org_id, default)
                 OverdueDecision.objects.create(action=action, org_id=action.org_id, deadline_seconds=deadline)
                 event_append(
                     org_id=action.org_id,

@@ -2160,3 +2160,54 @@ def continue_from_split_text(seq) -> str:
         f"A new run that {before} and lets the agent take step {seq} onward fresh; "
         "the preview lists what runs again first."
     )
+
+
+# --- recovery limits per organization (h25org; recovery/limits.py, console/limits_views.py) ----------------------
+
+# field: (label, unit, what it does)
+LIMIT_FIELDS = {
+    "breaker_tasks": (
+        "Breaker threshold",
+        "tasks",
+        "The breaker of an agent and failure opens when more distinct tasks than this failed the same way "
+        "within the window.",
+    ),
+    "breaker_window_seconds": ("Breaker window", "seconds", "How far back the breaker counts failed tasks."),
+    "breaker_cooloff_seconds": (
+        "Breaker cool-off",
+        "seconds",
+        "How long an open breaker holds automatic continuations before it lets one trial continuation run.",
+    ),
+    "decision_deadline_seconds": (
+        "Decision deadline",
+        "seconds",
+        "How long a decision may wait before it is marked overdue and the deadline notice is sent. "
+        "It decides nothing: the decision still waits for a person.",
+    ),
+}
+
+
+def limit_default_text(field: str, value: int) -> str:
+    """Under a limit's field: the deployment's default, used while the field is blank."""
+    if field == "breaker_tasks":
+        return f"Blank: the deployment's default, {value} task{'s' if value != 1 else ''}."
+    return f"Blank: the deployment's default, {seconds_text(value)}."
+
+
+def limits_saved_text(changed: int) -> str:
+    return "Recovery limits saved." if changed else "Nothing changed: the recovery limits are as they were."
+
+
+def limit_invalid_text(field: str, low: int, high: int) -> str:
+    """A limit refused: which, and what it accepts."""
+    label, unit, _ = LIMIT_FIELDS[field]
+    return f"{label}: a whole number of {unit} from {low} to {high}, or blank for the deployment's default."
+
+
+def continued_later_text(later) -> str:
+    """On a run's page: the run a person started later by Continue from step k of it ("" for none), e.g.
+    "Continued from step 4 in run #13" (its step and its number, from the later run's saved carry)."""
+    cont = ((getattr(later, "carry", None) or {}) if later is not None else {}).get("continued_from")
+    if not isinstance(cont, dict) or not cont.get("seq"):
+        return ""
+    return f"Continued from step {cont['seq']} in run #{later.pk}"

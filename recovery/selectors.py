@@ -519,7 +519,7 @@ def run_usage(run: Run, steps: list[Step], *, task_runs: dict[int, Run] | None =
 def action_detail(user, action_id: int) -> RecoveryAction | None:
     return (
         RecoveryAction.objects.filter(pk=action_id, task__in=visible_tasks(user))
-        .select_related("original_owner", "run", "task__agent")
+        .select_related("original_owner", "run", "task__agent", "org")
         .prefetch_related(
             Prefetch(
                 "attempt_history",

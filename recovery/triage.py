@@ -205,7 +205,7 @@ def board_page(user, f: BoardFilter, *, cursor: str | None = None, limit: int = 
     sort "urgency": exhausted, needs decision, blocked, idle, then stopping, queued, running, closed; longest
     waiting first within each; cursor "<rank>~<waiting_since>~<id>".
     """
-    qs = board_queryset(user, f).select_related("agent")
+    qs = board_queryset(user, f).select_related("agent", "org")  # its org: the decision deadline, no query
     if f.sort == "urgency":
         qs = qs.annotate(urgency=_urgency())
         if cursor:
@@ -322,7 +322,7 @@ def inbox_actions(user, *, limit: int = INBOX_LIMIT) -> list[RecoveryAction]:
     """Open and exhausted actions that wait on the person, exhausted first, then by due time."""
     return list(
         _inbox_queryset(user)
-        .select_related("task")
+        .select_related("task", "org")
         .annotate(rank=Case(When(status=ActionStatus.EXHAUSTED, then=0), default=1))
         .order_by("rank", "due_at", "id")[:limit]
     )

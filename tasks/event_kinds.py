@@ -89,6 +89,8 @@ KINDS: dict[str, str] = {
     "breaker_opened": "a recovery breaker opened (or opened again after its trial continuation failed)",
     "breaker_half_open": "a recovery breaker's cool-off passed: one trial continuation may run",
     "breaker_closed": "a recovery breaker closed (an admin, with a reason, or its trial continuation succeeded)",
+    # recovery limits (recovery/limits.py): organization-wide, no task
+    "org_recovery_settings_changed": "an admin changed the organization's breaker limits or decision deadline",
 }
 
 

@@ -17,6 +17,12 @@ class Organization(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Recovery limits an admin may set for the organization (DESIGN §14); null = the deployment's default
+    # (CONSOLE_BREAKER_* and CONSOLE_DECISION_DEADLINE_SECONDS). Read by recovery.limits.
+    breaker_tasks = models.PositiveIntegerField(null=True, blank=True)
+    breaker_window_seconds = models.PositiveIntegerField(null=True, blank=True)
+    breaker_cooloff_seconds = models.PositiveIntegerField(null=True, blank=True)
+    decision_deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self):
         return self.slug

@@ -10,10 +10,10 @@ The runs it holds stay awaiting recovery: the first supervisor pass after the br
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from recovery import limits
 from recovery.action_log import blocking_cause
 from recovery.models import BREAKER_IN_FORCE, BreakerState, RecoveryBreaker, RecoveryFailure
 from recovery.rules import breaker as rule
@@ -30,13 +30,11 @@ REASON_MAX = 500
 FAILURES_KEPT = timedelta(days=8)
 
 
-def breaker_limits() -> tuple[int, int, int]:
-    """(tasks, window seconds, cool-off seconds): read at each use, so a changed setting applies at once."""
-    return (
-        int(settings.CONSOLE_BREAKER_TASKS),
-        int(settings.CONSOLE_BREAKER_WINDOW_SECONDS),
-        int(settings.CONSOLE_BREAKER_COOLOFF_SECONDS),
-    )
+def breaker_limits(org_id: int | None = None) -> tuple[int, int, int]:
+    """(tasks, window seconds, cool-off seconds) of the organization (its own where an admin set them, else the
+    deployment's), read at each use, so a changed setting applies at once. No organization: the defaults."""
+    lim = limits.limits_for(org_id) if org_id is not None else limits.defaults()
+    return lim.breaker_tasks, lim.breaker_window_seconds, lim.breaker_cooloff_seconds
 
 
 def _payload(b: RecoveryBreaker, **more) -> dict:
@@ -58,7 +56,7 @@ def failure_of(run: Run, diagnosis) -> tuple[str, str]:
 
 def failure_record(run: Run, diagnosis, *, now=None) -> RecoveryBreaker | None:
     """Record that recovery opens for `run` (once per run), in the caller's transaction, and trip the breaker of
-    its agent and signature when more than CONSOLE_BREAKER_TASKS distinct tasks did so within the window.
+    its agent and signature when more distinct tasks than its organization's threshold did so within its window.
 
     Returns the breaker this call opened, or None. Two supervisors tripping it at once make one breaker: the
     partial unique index `breaker_one_in_force` refuses the second insert, which then counts into the first.
@@ -78,7 +76,7 @@ def failure_record(run: Run, diagnosis, *, now=None) -> RecoveryBreaker | None:
             )
     except IntegrityError:
         return None  # this run was counted when it was first looked at
-    threshold, window, _ = breaker_limits()
+    threshold, window, _ = breaker_limits(run.org_id)
     hits = RecoveryFailure.objects.filter(org_id=run.org_id, agent_id=run.task.agent_id, signature=signature)
     in_force = (
         RecoveryBreaker.objects.select_for_update()
@@ -143,11 +141,14 @@ def breakers_sweep(*, now=None) -> dict[str, list[int]]:
     continuation succeeded, open it again when the trial ended any other way. Each move is a compare-and-set.
     Failures older than any window or recent breaker needs are forgotten."""
     now = now or timezone.now()
-    _, _, cooloff = breaker_limits()
     moved: dict[str, list[int]] = {"half_open": [], "closed": [], "reopened": []}
+    # Each organization has its own cool-off: the open breakers (few) are read with theirs, at least the shortest.
+    shortest = min(limits.BOUNDS["breaker_cooloff_seconds"][0], limits.defaults().breaker_cooloff_seconds)
     for b in RecoveryBreaker.objects.filter(
-        state=BreakerState.OPEN, opened_at__lte=now - timedelta(seconds=cooloff)
-    ).select_related("agent"):
+        state=BreakerState.OPEN, opened_at__lte=now - timedelta(seconds=shortest)
+    ).select_related("agent", "org"):
+        if b.opened_at > now - timedelta(seconds=limits.limits_of(b.org).breaker_cooloff_seconds):
+            continue
         with transaction.atomic():
             if BREAKERS.move(
                 b.pk,
@@ -185,7 +186,7 @@ def breakers_sweep(*, now=None) -> dict[str, list[int]]:
                 **fields,
             ):
                 moved["closed" if to == BreakerState.CLOSED else "reopened"].append(b.pk)
-    _, window, _ = breaker_limits()
+    _, window, _ = breaker_limits()  # an organization's own window is at most a day, within FAILURES_KEPT
     RecoveryFailure.objects.filter(at__lt=now - max(FAILURES_KEPT, timedelta(seconds=window))).delete()
     return moved
 

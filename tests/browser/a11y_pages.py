@@ -297,6 +297,8 @@ PAGES: list[Visit] = [
         prepare=notifications_delivered,
     ),
     Visit("notifications refused", "/settings/notifications/", roles=("viewer", "operator"), status=403),
+    Visit("recovery limits", "/settings/recovery/", roles=("admin",)),
+    Visit("recovery limits refused", "/settings/recovery/", roles=("viewer", "operator"), status=403),
     Visit("board: search by an error's words", "/?q=disk"),
     Visit("page not found", "/no/such/page/", roles=ROLES, status=404),
     Visit("a task nobody can see", "/tasks/999999/", status=404),

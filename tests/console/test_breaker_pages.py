@@ -84,3 +84,11 @@ def test_an_open_action_of_the_held_agent_names_the_breaker_as_its_gate_and_its_
     assert f"{SAID} (breaker #{b.pk})" in page
     refused = login(operator).post(f"/actions/{action.pk}/retry/", {"version": str(action.version)})
     assert refused.status_code == 409 and SAID in text(refused)
+
+
+def test_the_navigation_links_to_the_breakers_list_with_none_open(org, agent, operator, admin_user, login):
+    for person in (operator, admin_user):
+        board = login(person).get("/").content.decode()
+        assert '<a href="/breakers/">Breakers</a>' in board
+        listing = login(person).get("/breakers/").content.decode()
+        assert '<a href="/breakers/" aria-current="page">Breakers</a>' in listing

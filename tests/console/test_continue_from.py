@@ -322,3 +322,22 @@ def test_two_operators_continuing_at_once_queue_one_run(org, agent, operator, ma
     assert Run.objects.filter(task=task).count() == 2
     assert Event.objects.filter(task=task, kind="run_continued_from").count() == 1
     assert Step.objects.filter(run__task=task, reused_from__isnull=False).count() == 2
+
+
+@pytest.mark.django_db
+def test_the_old_runs_page_links_forward_to_the_run_that_continued_from_it(org, agent, operator, login):
+    task = finished_five(org)
+    first = engine.first_run(task)
+    client = login(operator)
+    assert "Continued from step" not in client.get(f"/agents/builder/runs/{first.pk}/").content.decode()
+
+    later = task_continue_from(task_id=task.pk, user=operator, seq=3, accept_duplicate_risk=True, reason="again")
+
+    page = client.get(f"/agents/builder/runs/{first.pk}/").content.decode()
+    assert re.search(
+        rf'<a class="continued-later" href="/agents/builder/runs/{later.pk}/">Continued from step 3 in run '
+        rf"#{later.pk} →</a>",
+        page,
+    )
+    back = client.get(f"/agents/builder/runs/{later.pk}/").content.decode()
+    assert "Continued from step" not in back, "the new run links back, not forward"

@@ -91,6 +91,8 @@ TABLE: dict[str, Row] = {
                                          ("destination_id",)),
     "settings-notifications-remove": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403),
                                          ("destination_id",)),
+    # Recovery limits are the admin's own organization's: globex's admin reads globex's.
+    "settings-recovery": Row("GET", "page", expect(302, 403, 403, 200, 200, 403, 403)),
     "settings-signin-unlock": Row("POST", "page", expect(302, 403, 403, 302, 404, 403, 403), (),
                                   {"username": "olive"}, note="olive is no member of the other organization: 404"),
     "task-pause": Row("POST", "page", PAGE_OPERATE, ("task_id",)),
