@@ -133,7 +133,7 @@ def render_action_card(
 # --- the task header ------------------------------------------------------------------
 
 
-def task_header_context(task: Task, user, *, message: str = "", typed=None) -> dict:
+def task_header_context(task: Task, user, *, message: str = "", typed=None, task_runs=None) -> dict:
     actions = getattr(task, "action_list", [])
     live = [a for a in actions if a.live]
     current = getattr(task, "current_run", None)
@@ -168,15 +168,20 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "start_over": start_over,
         # Continue from step k: offered where Start over is (the same refusals), on the latest run's steps.
         "continue_from": (
-            continue_from_offer(task, current, operate=operate) if start_over and start_over["available"] else None
+            continue_from_offer(task, (task_runs or {}).get(current.pk, current), operate=operate)
+            if start_over and start_over["available"]
+            else None
         ),
         "message": message,
         "typed": typed or {},
     }
 
 
-def render_task_header(task: Task, *, user, request=None, message: str = "", typed=None, oob: bool = False) -> str:
-    ctx = task_header_context(task, user, message=message, typed=typed)
+def render_task_header(
+    task: Task, *, user, request=None, message: str = "", typed=None, oob: bool = False, task_runs=None
+) -> str:
+    """The task page's header; `task_runs` (the page's runs with their steps) spares the step picker a query."""
+    ctx = task_header_context(task, user, message=message, typed=typed, task_runs=task_runs)
     ctx["oob"] = oob
     return render_to_string("console/cards/task.html#header", ctx, request=request)
 
@@ -517,7 +522,7 @@ def task_page_parts(task_id: int, *, user, request=None) -> dict:
     task_runs = task_runs_of(task.pk)
     return {
         "task": task,
-        "header_html": render_task_header(task, user=user, request=request),
+        "header_html": render_task_header(task, user=user, request=request, task_runs=task_runs),
         "actions_html": render_actions(task, user=user, request=request, task_runs=task_runs),
         "messages_html": render_messages(task, user=user, request=request),
         "composer_html": render_composer(task, user=user, request=request),
