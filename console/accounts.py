@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST
 
-from recovery import presenter
+from recovery.words.signin import lockout_text
 from tasks.accounts import session_ended
 from tasks.selectors import primary_membership
 
@@ -33,7 +33,7 @@ def lockout(request, original_response=None, credentials=None):
     """`AXES_LOCKOUT_CALLABLE`: the sign-in page again, saying that signing in is locked and what lifts it."""
     cool_off = get_cool_off(request)
     minutes = int(cool_off.total_seconds() // 60) if isinstance(cool_off, timedelta) else None
-    text = presenter.lockout_text(failures=get_failure_limit(request, credentials), cooloff_minutes=minutes)
+    text = lockout_text(failures=get_failure_limit(request, credentials), cooloff_minutes=minutes)
     username = (credentials or {}).get("username", "") if isinstance(credentials, dict) else ""
     form = AuthenticationForm(request, initial={"username": username})
     context = {"form": form, "lockout": text, "next": request.POST.get("next", "") if request.method == "POST" else ""}

@@ -6,9 +6,9 @@ person's unsaved choices on top of them, so what they chose is never lost.
 
 from dataclasses import dataclass, field
 
-from recovery import presenter
 from recovery.modes import AUTO_RESUME, REPLAY_RISK, UNKNOWN_OUTCOME, current_modes
 from recovery.selectors import SettingChange
+from recovery.words.agent_runs import UNKNOWN_OUTCOME_CHOICES, UNKNOWN_OUTCOME_MEANS, catalogue_line
 from tasks.models import Agent, RecoveryMode, UnknownOutcome
 from tasks.modes import default_mode
 
@@ -131,10 +131,10 @@ def section_context(
         "auto_resume_dirty": shown_auto != profile.auto_resume,
         "unknown_outcome": shown_unknown,
         "unknown_outcome_dirty": shown_unknown != profile.unknown_outcome,
-        "unknown_outcome_choices": presenter.UNKNOWN_OUTCOME_CHOICES,
-        "unknown_outcome_means": presenter.UNKNOWN_OUTCOME_MEANS,
-        "unknown_outcome_saved": presenter.UNKNOWN_OUTCOME_CHOICES.get(profile.unknown_outcome, ""),
-        "catalogue": presenter.catalogue_line(catalogue, profile.tools_registered_at),
+        "unknown_outcome_choices": UNKNOWN_OUTCOME_CHOICES,
+        "unknown_outcome_means": UNKNOWN_OUTCOME_MEANS,
+        "unknown_outcome_saved": UNKNOWN_OUTCOME_CHOICES.get(profile.unknown_outcome, ""),
+        "catalogue": catalogue_line(catalogue, profile.tools_registered_at),
         "reason": reason,
         "reason_required": bool(getattr(error, "reason_required", False)),
         "confirm_rows": [r for r in rows if r["confirm"]],

@@ -16,9 +16,22 @@ from django.views.decorators.http import require_POST
 
 from console import triage_views
 from console.views import bad_request, refused
-from recovery import presenter
 from recovery.bulk import operations as bulk
 from recovery.bulk.selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
+from recovery.words.bulk import (
+    BULK_ACTIONS,
+    BULK_RESULTS,
+    bulk_counts_text,
+    bulk_item_text,
+    bulk_line,
+    bulk_predicted,
+    bulk_reason,
+    bulk_risk,
+    bulk_selection,
+    bulk_status,
+    bulk_title,
+)
+from recovery.words.runs import duration
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, Invalid, NotFound, ServiceError
 from tasks.events import last_event_id
@@ -98,7 +111,7 @@ def bulk_preview(request):
 def status_context(op, user, counts=None) -> dict:
     counts = counts or counts_of(user, [op.pk])[op.pk]
     is_expired = expired(op)
-    badge, tone = presenter.bulk_status(op, counts, expired=is_expired)
+    badge, tone = bulk_status(op, counts, expired=is_expired)
     operate = can_operate(user, op.org_id)
     mine = op.actor_id == getattr(user, "pk", None)
     return {
@@ -106,10 +119,10 @@ def status_context(op, user, counts=None) -> dict:
         "counts": counts,
         "badge": badge,
         "tone": tone,
-        "line": presenter.bulk_line(op, counts, expired=is_expired),
-        "counts_text": presenter.bulk_counts_text(counts),
-        "title": presenter.bulk_title(op),
-        "risk": presenter.bulk_risk(op.action, op.params),
+        "line": bulk_line(op, counts, expired=is_expired),
+        "counts_text": bulk_counts_text(counts),
+        "title": bulk_title(op),
+        "risk": bulk_risk(op.action, op.params),
         "can_execute": operate and mine and op.status == "previewed" and not is_expired,
         "can_cancel": operate and op.status in ("previewed", "running"),
         "can_retry_failed": operate and op.status in ("finished", "cancelled") and counts.failed > 0,
@@ -125,10 +138,10 @@ def ledger_context(op, user, *, result: str = "", pos=None) -> dict:
     rows = [
         {
             "item": i,
-            "result_text": presenter.BULK_RESULTS.get(i.result, i.result),
-            "text": presenter.bulk_item_text(op.action, op.params, i)
+            "result_text": BULK_RESULTS.get(i.result, i.result),
+            "text": bulk_item_text(op.action, op.params, i)
             if i.result
-            else (presenter.bulk_predicted(i.predicted) if op.status == "previewed" else ""),
+            else (bulk_predicted(i.predicted) if op.status == "previewed" else ""),
         }
         for i in items
     ]
@@ -164,7 +177,7 @@ def ledger_args(params) -> tuple[str, int | None]:
 
 
 def refusal_groups(op) -> list[tuple[str, int]]:
-    return sorted(((presenter.bulk_reason(k), n) for k, n in (op.refusals or {}).items()), key=lambda r: -r[1])
+    return sorted(((bulk_reason(k), n) for k, n in (op.refusals or {}).items()), key=lambda r: -r[1])
 
 
 def detail_context(request, op, *, error: str = "") -> dict:
@@ -178,7 +191,7 @@ def detail_context(request, op, *, error: str = "") -> dict:
         "membership": primary_membership(request.user),
         "refusal_groups": refusal_groups(op),
         "would_apply": op.count - sum((op.refusals or {}).values()),
-        "selection_text": presenter.bulk_selection(op.selection),
+        "selection_text": bulk_selection(op.selection),
         "ws_path": f"/ws/bulk/{op.pk}/?" + urlencode(query),
         "last_event": cursor,
         "error": error,
@@ -245,15 +258,15 @@ def bulk_history(request):
     now = timezone.now()
     entries = []
     for op, counts in rows:
-        badge, tone = presenter.bulk_status(op, counts, expired=expired(op, now))
+        badge, tone = bulk_status(op, counts, expired=expired(op, now))
         entries.append(
             {
                 "op": op,
                 "counts": counts,
                 "badge": badge,
                 "tone": tone,
-                "name": presenter.BULK_ACTIONS.get(op.action, op.action),
-                "took": presenter.duration(op.started_at, op.finished_at) if op.finished_at else "",
+                "name": BULK_ACTIONS.get(op.action, op.action),
+                "took": duration(op.started_at, op.finished_at) if op.finished_at else "",
             }
         )
     return render(

@@ -1,6 +1,6 @@
 """One render function per card. The page, the action response and the live push all use these.
 
-Every word comes from recovery.presenter; this module gathers the loaded rows
+Every word comes from recovery.words; this module gathers the loaded rows
 it needs and hands the presenter's views to the templates.
 """
 
@@ -9,12 +9,34 @@ from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 
 from console.start_over_card import start_over_context
-from recovery import conversation, presenter
+from recovery import conversation
 from recovery.actions import followups
 from recovery.actions.start_over import duplicate_risk
 from recovery.api.shapes import action_view_of
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, RecoveryAction, RecoveryAttempt
 from recovery.selectors import action_detail, diagnose, run_usage, step_modes_now, task_detail
+from recovery.words.agent_runs import (
+    diverged_calls,
+    diverged_summary,
+    notice_row,
+    output_heading,
+    prompt_line,
+    usage_line,
+)
+from recovery.words.bulk import age_label
+from recovery.words.followups import followup_line
+from recovery.words.runs import (
+    carried_lines,
+    continued_by_text,
+    diagnosis_line,
+    duration,
+    run_lines,
+    step_mode,
+    step_row,
+)
+from recovery.words.task import row_attempts, row_why, task_state, task_view
+from recovery.words.vocabulary import RUN_STATUSES, TASK_STATES, controls_summary, owner, reason_items
+from recovery.words.workspaces import WORKSPACE_KINDS, step_files_note, workspace_view
 from recovery.workspaces.validation import workspace_state
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
@@ -32,7 +54,7 @@ def action_context(
 ) -> dict:
     view = action_view_of(action, user=user, task_runs=task_runs)
     evidence = action.evidence or {}
-    workspace = action.kind in presenter.WORKSPACE_KINDS
+    workspace = action.kind in WORKSPACE_KINDS
     agents = (
         list(Agent.objects.filter(org_id=action.org_id).order_by("name").values_list("name", flat=True)[:200])
         if workspace and "repair_task" in view.controls
@@ -43,22 +65,22 @@ def action_context(
     return {
         "reason": _model_reason(action, task_runs) if unknown and action.run.kind == "agent" else None,
         "is_diverged": diverged,
-        "diverged_summary": presenter.diverged_summary(evidence) if diverged else None,
-        "diverged_calls": presenter.diverged_calls(evidence) if diverged else [],
+        "diverged_summary": diverged_summary(evidence) if diverged else None,
+        "diverged_calls": diverged_calls(evidence) if diverged else [],
         # Start over from the card: the duplicate risk it must name (one query, only where it is offered).
         "start_over_risk": duplicate_risk(action.task_id) if "start_over" in view.controls else None,
         "is_workspace": workspace,
-        "return_owner": presenter.owner(action.return_owner),
+        "return_owner": owner(action.return_owner),
         "agents": agents,
         "username": getattr(user, "username", ""),
         "action": action,
         "view": view,
-        "reasons": presenter.reason_items(evidence.get("reasons")),
+        "reasons": reason_items(evidence.get("reasons")),
         "evidence": evidence,
         "dispatched_at": _parse(evidence.get("dispatched_at")),
         "is_unknown": action.kind == ActionKind.UNKNOWN_OUTCOME,
         "original_owner": action.original_owner.name,
-        "recovery_owner": presenter.owner(action.recovery_owner),
+        "recovery_owner": owner(action.recovery_owner),
         "live": action.live,
         "can_operate": can_operate(user, action.org_id),
         "message": message,
@@ -119,7 +141,7 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
     hold = task_hold(task_facts(task))
     last = current  # the latest run of the task
     wait = followups.waiting_reason(task) if getattr(task, "followups_waiting", 0) else ""
-    view = presenter.task_view(task, current, actions, hold=hold, last_run=last, followup_wait=wait)
+    view = task_view(task, current, actions, hold=hold, last_run=last, followup_wait=wait)
     operate = can_operate(user, task.org_id)
     admin = can_admin(user, task.org_id)
     closed = task.status in ("done", "cancelled")
@@ -130,11 +152,11 @@ def task_header_context(task: Task, user, *, message: str = "", typed=None) -> d
         "view": view,
         "state": view.state,
         "current_run": current,
-        "recovery_owner": next((presenter.owner(a.recovery_owner) for a in live if a.recovery_owner), ""),
+        "recovery_owner": next((owner(a.recovery_owner) for a in live if a.recovery_owner), ""),
         "can_operate": operate,
         "can_admin": admin,
         "closed": closed,
-        "controls_summary": presenter.controls_summary(closed=closed, can_admin=admin),
+        "controls_summary": controls_summary(closed=closed, can_admin=admin),
         "run_live": run_live,
         # Offered only when it can go through: no live run, no action deciding, no gate holding the task.
         "can_continue": operate and not closed and not run_live and not live and bool(last) and hold is None,
@@ -175,9 +197,9 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     for s in steps:
         notice = notices.get((s.parent_seq, s.seq)) if s.reused_from_id else None
         row = (
-            presenter.notice_row(notice)
+            notice_row(notice)
             if notice is not None
-            else presenter.step_row(
+            else step_row(
                 s,
                 run=run,
                 verdict=verdicts.get((s.parent_seq, s.seq)),
@@ -192,9 +214,9 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
                 "label": row.label,
                 "note": row.note,
                 "declared": row.declared,
-                "took": "" if row.declared else presenter.duration(s.dispatched_at, s.completed_at),
-                "mode": presenter.step_mode(s.recovery_mode, modes_now.get(s.pk)),
-                "files": presenter.step_files_note(s.workspace_notes),
+                "took": "" if row.declared else duration(s.dispatched_at, s.completed_at),
+                "mode": step_mode(s.recovery_mode, modes_now.get(s.pk)),
+                "files": step_files_note(s.workspace_notes),
             }
         )
     refused = next(
@@ -212,26 +234,26 @@ def run_context(run: Run, task_runs: dict[int, Run], user) -> dict:
     return {
         "run": run,
         "agent_run": agent,
-        "prompt": presenter.prompt_line(run) if agent else None,
-        "output_heading": presenter.output_heading(run) if run.output is not None else "",
-        "usage": presenter.usage_line(run_usage(run, steps, task_runs=task_runs)),
+        "prompt": prompt_line(run) if agent else None,
+        "output_heading": output_heading(run) if run.output is not None else "",
+        "usage": usage_line(run_usage(run, steps, task_runs=task_runs)),
         "recovery_cost": conversation.run_recovery_line(
             conversation.run_tally(run, task_runs), continuation=run.continues_id is not None
         )
         if agent
         else None,
-        "status_text": presenter.RUN_STATUSES.get(run.status, run.status),
-        "lines": presenter.run_lines(run, auto_resume=auto_resume, disposition=disposition),
+        "status_text": RUN_STATUSES.get(run.status, run.status),
+        "lines": run_lines(run, auto_resume=auto_resume, disposition=disposition),
         "rows": rows,
         "dropped": sorted(d.get("seq") for d in (run.carry or {}).get("dropped", []) if d.get("seq") is not None),
         "diagnosis": diagnosis,
-        "diagnosis_reasons": presenter.reason_items(diagnosis.reasons) if diagnosis is not None else [],
-        "diagnosis_line": presenter.diagnosis_line(
+        "diagnosis_reasons": reason_items(diagnosis.reasons) if diagnosis is not None else [],
+        "diagnosis_line": diagnosis_line(
             run, diagnosis, auto_resume=auto_resume, continued_by=continuation, refused_by=refused
         ),
         "continuation": continuation,
-        "continued_by_text": presenter.continued_by_text(continuation),
-        "carried": presenter.carried_lines(getattr(run, "carried_decisions", []), carried_messages),
+        "continued_by_text": continued_by_text(continuation),
+        "carried": carried_lines(getattr(run, "carried_decisions", []), carried_messages),
         "can_operate": can_operate(user, run.org_id),
     }
 
@@ -280,7 +302,7 @@ def conversation_context(run: Run, task_runs: dict[int, Run]) -> dict:
         "run": run,
         "talk": talk,
         "heading": conversation.conversation_heading(run),
-        "output_heading": presenter.output_heading(run) if run.output is not None else "",
+        "output_heading": output_heading(run) if run.output is not None else "",
     }
 
 
@@ -329,25 +351,25 @@ def task_row_context(task: Task, user) -> dict:
     actions = getattr(task, "action_list", [])
     live = [a for a in actions if a.live]
     current = getattr(task, "current_run", None)
-    state = presenter.task_state(task, current, actions)
+    state = task_state(task, current, actions)
     waiting = [a for a in live if a.status in ("open", "exhausted")]
     lead = (waiting or live or [None])[0]
-    why = presenter.row_why(task, state, lead, current)
+    why = row_why(task, state, lead, current)
     # Its age: since when it waits on a person (its oldest open or exhausted action), else its last change.
     opened = [a.created_at for a in waiting]
-    attempts, attempts_title = presenter.row_attempts(lead, current)
+    attempts, attempts_title = row_attempts(lead, current)
     return {
         "attempts": attempts,
         "attempts_title": attempts_title,
         "since": min(opened) if opened else task.updated_at,
-        "since_label": presenter.age_label(bool(opened)),
+        "since_label": age_label(bool(opened)),
         "task": task,
         "state": state,
-        "state_text": presenter.TASK_STATES[state],
+        "state_text": TASK_STATES[state],
         "current_run": current,
         "lead": lead,
         "cause_text": why,
-        "recovery_owner": presenter.owner(lead.recovery_owner) if lead else "",
+        "recovery_owner": owner(lead.recovery_owner) if lead else "",
     }
 
 
@@ -385,7 +407,7 @@ def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str
     closed = task.status in ("done", "cancelled")
     items = []
     for m in messages:
-        badge, line = presenter.followup_line(m, wait_text=wait, closed=closed)
+        badge, line = followup_line(m, wait_text=wait, closed=closed)
         items.append({"m": m, "badge": badge, "line": line})
     ctx = {"task": task, "items": items, "can_operate": can_operate(user, task.org_id), "oob": oob}
     return render_to_string("console/cards/sections.html#messages", ctx, request=request)
@@ -433,7 +455,7 @@ def render_chain_recovery(task: Task, task_runs: dict[int, Run], *, request=None
 def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
     """The task page's workspace panel: every file with its status now, the hold, held copies, the last export."""
 
-    ctx = {"task": task, "view": presenter.workspace_view(workspace_state(task)), "oob": oob}
+    ctx = {"task": task, "view": workspace_view(workspace_state(task)), "oob": oob}
     return render_to_string("console/cards/workspace.html#panel", ctx, request=request)
 
 

@@ -17,8 +17,10 @@ from django.views.decorators.http import require_POST
 
 from console import cards
 from console.views import TABS, bad_request, refused
-from recovery import presenter, triage
+from recovery import triage
 from recovery.rules.bulk import ACTIONS
+from recovery.words.bulk import AGE_NAMES, BULK_ACTIONS, SORT_NAMES, owner_option
+from recovery.words.vocabulary import TASK_STATES, cause, owner
 from tasks.authz import can_operate
 from tasks.errors import Forbidden, ServiceError
 from tasks.events import last_event_id
@@ -96,12 +98,12 @@ def board_context(request, params, *, typed=None) -> dict:
         "current_view": current_view,
         "options": {
             "agents": options.agents,
-            "owners": [(o, presenter.owner_option(o)) for o in owners],
+            "owners": [(o, owner_option(o)) for o in owners],
             "tools": tools,
-            "ages": list(presenter.AGE_NAMES.items()),
-            "sorts": list(presenter.SORT_NAMES.items()),
+            "ages": list(AGE_NAMES.items()),
+            "sorts": list(SORT_NAMES.items()),
         },
-        "bulk_actions": [(a, presenter.BULK_ACTIONS[a]) for a in ACTIONS],
+        "bulk_actions": [(a, BULK_ACTIONS[a]) for a in ACTIONS],
         "outcomes": [
             ("performed", "It happened"),
             ("not_performed", "It did not happen"),
@@ -135,9 +137,9 @@ def inbox_context(user) -> dict:
     items = [
         {
             "action": a,
-            "badge": presenter.TASK_STATES["exhausted" if a.status == "exhausted" else "needs_decision"],
-            "cause_text": presenter.cause(a.cause),
-            "owner": presenter.owner(a.recovery_owner) or "operators",
+            "badge": TASK_STATES["exhausted" if a.status == "exhausted" else "needs_decision"],
+            "cause_text": cause(a.cause),
+            "owner": owner(a.recovery_owner) or "operators",
         }
         for a in actions
     ]

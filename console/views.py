@@ -13,13 +13,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import agent_settings, cards
-from recovery import presenter
 from recovery.actions import commands as recovery_actions
 from recovery.actions import controls, followups
 from recovery.actions.start_over import task_start_over as start_over
 from recovery.models import RecoveryAction
 from recovery.modes import profile_update
 from recovery.selectors import action_detail, profile_history, task_detail
+from recovery.words.signin import PROBLEMS
+from recovery.words.workspaces import file_status, path_text, side_text
 from recovery.workspaces import repairs
 from recovery.workspaces import validation as workspaces
 from tasks import accounts, export_roots, services, throttles
@@ -234,9 +235,9 @@ def task_workspace(request, task_id: int):
     files = [
         {
             "row": f,
-            "path": presenter.path_text(wire(f.path)),
-            "status_text": presenter.file_status(f.status),
-            "note": presenter.side_text(f.actual),
+            "path": path_text(wire(f.path)),
+            "status_text": file_status(f.status),
+            "note": side_text(f.actual),
         }
         for f in workspaces.held_listing(copy)
     ]
@@ -618,13 +619,13 @@ def not_found(request, exception=None):
         return api_not_found(request, exception)
     said = exception.args[0] if exception is not None and exception.args else ""
     own = isinstance(said, str) and said and not isinstance(exception, Resolver404)
-    title, reason, hint = presenter.PROBLEMS[404]
+    title, reason, hint = PROBLEMS[404]
     return problem(request, status=404, title=title, reason=said if own else reason, hint=hint)
 
 
 def bad_request(request, exception=None, *, reason: str = ""):
     """`handler400`, and every malformed request a page refuses: what could not be read, never "not allowed"."""
-    title, default, hint = presenter.PROBLEMS[400]
+    title, default, hint = PROBLEMS[400]
     return problem(request, status=400, title=title, reason=reason or default, hint=hint)
 
 

@@ -149,9 +149,9 @@ def _waiting_since():
 
 
 def _urgency():
-    """The SQL twin of the urgency order (presenter.URGENCY): what waits on a person first, closed tasks last.
+    """The SQL twin of the urgency order (recovery/words/task.py): what waits on a person first, closed tasks last.
 
-    The cases follow the order of `state_filter` / `presenter.task_state`, so each task ranks by its state.
+    The cases follow the order of `state_filter` / `recovery.words.task.task_state`, so each task ranks by its state.
     """
     blocked = (
         Q(paused=True) | Q(budget_limit__isnull=False, budget_used__gte=F("budget_limit")) | Q(has_open_dependency=True)

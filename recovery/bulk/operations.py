@@ -34,13 +34,14 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery import presenter, triage
+from recovery import triage
 from recovery.actions import commands as recovery_actions
 from recovery.actions import controls
 from recovery.bulk.selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
 from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.transitions import BULK, BULK_ITEMS
+from recovery.words.bulk import bulk_changes
 from recovery.workspaces import validation as workspaces
 from recovery.workspaces.validation import WorkspaceHeld
 from tasks import services
@@ -432,7 +433,7 @@ def _apply(op: BulkOperation, item: BulkItem, user) -> Outcome:
     v = verdict(op.action, params, facts)
     diff = changes(item.seen, seen(facts, v))
     if diff:
-        return Outcome(BulkResult.SKIPPED, "changed_since_preview", presenter.bulk_changes(diff))
+        return Outcome(BulkResult.SKIPPED, "changed_since_preview", bulk_changes(diff))
     if v.refusal:
         return Outcome(BulkResult.SKIPPED, v.refusal, v.detail)
     try:
