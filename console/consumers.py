@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from console import live
 from console.relay import relay
-from recovery import triage
-from recovery.triage import BOARD_PARAMS
+from recovery.triage.filters import BOARD_PARAMS, board_filter
 from tasks import events, payloads
 
 log = logging.getLogger("console.consumers")
@@ -163,7 +162,7 @@ class LiveConsumer(SocketConsumer):
         """A new task goes on top of this board: it lists every task, newest change first."""
         if self.page != "board":
             return False
-        _, f = triage.board_filter(self.filters)
+        _, f = board_filter(self.filters)
         return f.state == "all" and not f.narrowed and f.sort == "recent"
 
     async def push_extra(self, html: str) -> None:

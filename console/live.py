@@ -17,10 +17,11 @@ from django.utils.crypto import constant_time_compare
 from django.utils.safestring import mark_safe
 
 from console import bulk_views, cards, triage_views
-from recovery import triage
 from recovery.bulk.selectors import operation
 from recovery.models import BulkOperation
 from recovery.selectors import action_prefetch, annotate_state, attach_current_runs, task_detail
+from recovery.triage.board import board_page
+from recovery.triage.filters import board_filter
 from tasks.errors import NotFound
 from tasks.models import Event, Role, Run, Task
 from tasks.selectors import membership_in, memberships_of, primary_membership, task_visible_to, visible_runs
@@ -192,8 +193,8 @@ def check_access(user, page: str, obj_id: int | None) -> Access:
 
 def board_snapshot(user, *, filters: dict, selectable: bool = False) -> str:
     """The board's rows for its parameters (tab, search, agent, owner, tool, age, order), from saved state."""
-    tab, f = triage.board_filter(filters)
-    tasks, _ = triage.board_page(user, f, limit=50)
+    tab, f = board_filter(filters)
+    tasks, _ = board_page(user, f, limit=50)
     # Each row is a rendered template (cards/task_row.html); the empty sentence is the board page's own.
     rows = mark_safe("".join(cards.render_task_row(t, user=user, selectable=selectable) for t in tasks))  # noqa: S308
     return render_to_string(f"{FRAGMENTS}#board_rows", {"rows": rows, "tab": tab, "q": f.q})

@@ -17,8 +17,13 @@ from django.views.decorators.http import require_POST
 
 from console import cards
 from console.views import TABS, bad_request, refused
-from recovery import triage
 from recovery.rules.bulk import ACTIONS
+from recovery.triage.board import FilterOptions, board_count, board_page, filter_options
+from recovery.triage.filters import BOARD_PARAMS, board_filter, page_params
+from recovery.triage.inbox import INBOX_LIMIT, inbox_actions, inbox_count
+from recovery.triage.saved_views import saved_views
+from recovery.triage.saved_views import view_delete as delete_saved_view
+from recovery.triage.saved_views import view_save as save_view
 from recovery.words.bulk import AGE_NAMES, BULK_ACTIONS, SORT_NAMES, owner_option
 from recovery.words.vocabulary import TASK_STATES, cause, owner
 from tasks.authz import can_operate
@@ -27,9 +32,7 @@ from tasks.events import last_event_id
 from tasks.selectors import primary_membership
 
 COUNT_CAP = 10_000
-PARAMS = triage.BOARD_PARAMS
-board_filter = triage.board_filter
-page_params = triage.page_params
+PARAMS = BOARD_PARAMS
 
 
 def _url(params: dict) -> str:
@@ -41,12 +44,12 @@ def nav_counts(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {"inbox_count": SimpleLazyObject(lambda: triage.inbox_count(user))}
+    return {"inbox_count": SimpleLazyObject(lambda: inbox_count(user))}
 
 
 def render_nav_count(user, *, oob: bool = True) -> str:
     return render_to_string(
-        "console/nav_count.html#count", {"inbox_count": triage.inbox_count(user), "oob": oob, "user": user}
+        "console/nav_count.html#count", {"inbox_count": inbox_count(user), "oob": oob, "user": user}
     )
 
 
@@ -56,8 +59,8 @@ def board_context(request, params, *, typed=None) -> dict:
     tab, f = board_filter(params)
     cursor = params.get("cursor") or None
     last_event = last_event_id()
-    tasks, next_cursor = triage.board_page(user, f, cursor=cursor, limit=50)
-    total = triage.board_count(user, f, cap=COUNT_CAP)
+    tasks, next_cursor = board_page(user, f, cursor=cursor, limit=50)
+    total = board_count(user, f, cap=COUNT_CAP)
     membership = primary_membership(user)
     selectable = bool(membership and can_operate(user, membership.org_id))
     typed = typed or {}
@@ -67,13 +70,13 @@ def board_context(request, params, *, typed=None) -> dict:
     views = []
     current_view = None
     if membership is not None:
-        for v in triage.saved_views(user, membership.org_id):
+        for v in saved_views(user, membership.org_id):
             vtab, vf = board_filter(v.params)
             current = page_params(vtab, vf) == here
             views.append({"view": v, "url": _url(page_params(vtab, vf)), "current": current})
             if current:
                 current_view = v
-    options = triage.filter_options(user, membership.org_id) if membership else triage.FilterOptions([], [], [])
+    options = filter_options(user, membership.org_id) if membership else FilterOptions([], [], [])
     # A chosen value nothing waits on any more stays chosen (and listed), so Apply keeps it.
     owners = sorted({*options.owners, *([f.owner] if f.owner else [])})
     tools = sorted({*options.tools, *([f.tool] if f.tool else [])})
@@ -133,7 +136,7 @@ def render_board_refusal(request, params, error: ServiceError, typed: dict):
 
 
 def inbox_context(user) -> dict:
-    actions = triage.inbox_actions(user)
+    actions = inbox_actions(user)
     items = [
         {
             "action": a,
@@ -143,7 +146,7 @@ def inbox_context(user) -> dict:
         }
         for a in actions
     ]
-    return {"items": items, "inbox_total": len(items), "inbox_limit": triage.INBOX_LIMIT}
+    return {"items": items, "inbox_total": len(items), "inbox_limit": INBOX_LIMIT}
 
 
 def render_inbox_list(user, *, oob: bool = False) -> str:
@@ -178,7 +181,7 @@ def view_save(request):
     params = {k: request.POST.get(k, "") for k in PARAMS}
     tab, f = board_filter(params)
     try:
-        view = triage.view_save(
+        view = save_view(
             user=request.user, org_id=membership.org_id, name=request.POST.get("name", ""), params=page_params(tab, f)
         )
     except ServiceError as exc:
@@ -196,7 +199,7 @@ def view_save(request):
 @require_POST
 def view_delete(request, view_id: int):
     try:
-        triage.view_delete(user=request.user, view_id=view_id)
+        delete_saved_view(user=request.user, view_id=view_id)
     except ServiceError as exc:
         raise Http404(exc.detail) from exc
     return redirect(reverse("board"))

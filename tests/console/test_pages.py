@@ -11,7 +11,8 @@ from django.utils import timezone
 from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
-from recovery.triage import BoardFilter, board_count
+from recovery.triage.board import board_count
+from recovery.triage.filters import BoardFilter
 from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause
 from tests.console.board_scenarios import bulk_tasks, row_ids
