@@ -14,7 +14,7 @@ from console.routing import websocket_urlpatterns  # noqa: E402
 # The sockets get the session (its key, read from the cookie; nothing loaded) but not channels' AuthMiddleware:
 # it reads the session and the user from the database before the consumer can accept, and daphne drops a
 # handshake that waits longer than its limit. Each consumer accepts first and then reads who it is for, once
-# (console.live.admit).
+# (console.live.access.admit).
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,

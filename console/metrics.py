@@ -23,7 +23,7 @@ from recovery.supervisor.passes import DURATION_BUCKETS, expected_interval, supe
 from tasks.models import Run, RunStatus, WorkerInstance
 from tasks.workers import stale_after
 
-# Observed by the relay of this process (console/relay.py) once per event, in the pass that dispatched it
+# Observed by the relay of this process (console/live/relay.py) once per event, in the pass that dispatched it
 # (the relay tails events only while some live page is connected to this process).
 PUSH_LATENCY = Histogram(
     "console_event_push_latency_seconds",

@@ -88,7 +88,7 @@ AXES_FAILURE_LIMIT = env_int("CONSOLE_LOGIN_FAILURES", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("CONSOLE_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "console.accounts.lockout"
+AXES_LOCKOUT_CALLABLE = "console.views.accounts.lockout"
 AXES_HTTP_RESPONSE_CODE = 429
 # The address is REMOTE_ADDR: behind the proxy, `daphne --proxy-headers` sets it from X-Forwarded-For.
 
@@ -108,7 +108,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.alerts.header_alerts",
                 "django.template.context_processors.csp",
-                "console.triage_views.nav_counts",
+                "console.views.triage.nav_counts",
             ],
         },
     },
@@ -144,7 +144,7 @@ else:
     # its own and holds its connection until it answers, so a burst (200 pages reconnecting after a deploy)
     # wants more connections than the pool has: a request queues for one up to CONSOLE_DB_POOL_TIMEOUT
     # seconds, then is answered 503 `database_busy` (console.middleware). /healthz waits only
-    # console.ops.HEALTH_POOL_TIMEOUT, so a database that is gone still fails it in seconds; the pool keeps
+    # console.ops_api.HEALTH_POOL_TIMEOUT, so a database that is gone still fails it in seconds; the pool keeps
     # reconnecting in the background rather than in the request.
     if env_bool("CONSOLE_DB_POOL", True):
         DATABASES["default"]["OPTIONS"]["pool"] = {
@@ -176,7 +176,7 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # A refused form (missing or stale CSRF token) is the console's own refusal page.
-CSRF_FAILURE_VIEW = "console.views.csrf_failure"
+CSRF_FAILURE_VIEW = "console.views.refusals.csrf_failure"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -327,7 +327,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RecoveryModeEnum": "tasks.models.RecoveryMode",
         "BulkStatusEnum": "recovery.models.BulkStatus",
-        "RelayStatusEnum": "console.ops.RELAY_STATUSES",
+        "RelayStatusEnum": "console.ops_api.RELAY_STATUSES",
     },
 }
 

@@ -2,7 +2,42 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from console import accounts, bulk_views, ops, triage_views, views
+from console.ops_api import HealthView, WorkersView, healthz, metrics_view
+from console.views.accounts import LoginView, logout, password_change, password_change_done
+from console.views.bulk import bulk_cancel, bulk_detail, bulk_execute, bulk_history, bulk_preview, bulk_retry_failed
+from console.views.ops import workers_page
+from console.views.refusals import bad_request, forbidden, not_found
+from console.views.settings_pages import (
+    settings_agent,
+    settings_exports,
+    settings_exports_remove,
+    settings_signin,
+    settings_signin_unlock,
+    settings_tools,
+)
+from console.views.task_pages import (
+    action_cancel,
+    action_decide,
+    action_repair,
+    action_repair_task,
+    action_retry,
+    run_stop,
+    run_view,
+    task_budget,
+    task_close,
+    task_continue,
+    task_dependencies,
+    task_message,
+    task_messages_deliver,
+    task_owner,
+    task_pause,
+    task_reopen,
+    task_resume,
+    task_start_over,
+    task_view,
+    task_workspace,
+)
+from console.views.triage import board, inbox, view_delete, view_save
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -68,61 +103,61 @@ api = [
     path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),
     path("bulk/<int:op_id>/cancel/", bulk_api.BulkCancelView.as_view(), name="api-bulk-cancel"),
     path("bulk/<int:op_id>/retry-failed/", bulk_api.BulkRetryFailedView.as_view(), name="api-bulk-retry-failed"),
-    path("workers/", ops.WorkersView.as_view(), name="api-workers"),
-    path("health/", ops.HealthView.as_view(), name="api-health"),
+    path("workers/", WorkersView.as_view(), name="api-workers"),
+    path("health/", HealthView.as_view(), name="api-health"),
     path("schema/", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
 
 urlpatterns = [
-    path("", triage_views.board, name="board"),
-    path("inbox/", triage_views.inbox, name="inbox"),
-    path("views/", triage_views.view_save, name="view-save"),
-    path("views/<int:view_id>/delete/", triage_views.view_delete, name="view-delete"),
-    path("bulk/", bulk_views.bulk_history, name="bulk"),
-    path("bulk/preview/", bulk_views.bulk_preview, name="bulk-preview"),
-    path("bulk/<int:op_id>/", bulk_views.bulk_detail, name="bulk-detail"),
-    path("bulk/<int:op_id>/execute/", bulk_views.bulk_execute, name="bulk-execute"),
-    path("bulk/<int:op_id>/cancel/", bulk_views.bulk_cancel, name="bulk-cancel"),
-    path("bulk/<int:op_id>/retry-failed/", bulk_views.bulk_retry_failed, name="bulk-retry-failed"),
-    path("tasks/<int:task_id>/", views.task_view, name="task"),
-    path("tasks/<int:task_id>/pause/", views.task_pause, name="task-pause"),
-    path("tasks/<int:task_id>/resume/", views.task_resume, name="task-resume"),
-    path("tasks/<int:task_id>/messages/", views.task_message, name="task-message"),
-    path("tasks/<int:task_id>/messages/deliver/", views.task_messages_deliver, name="task-messages-deliver"),
-    path("tasks/<int:task_id>/continue/", views.task_continue, name="task-continue"),
-    path("tasks/<int:task_id>/owner/", views.task_owner, name="task-owner"),
-    path("tasks/<int:task_id>/close/", views.task_close, name="task-close"),
-    path("tasks/<int:task_id>/reopen/", views.task_reopen, name="task-reopen"),
-    path("tasks/<int:task_id>/budget/", views.task_budget, name="task-budget"),
-    path("tasks/<int:task_id>/dependencies/", views.task_dependencies, name="task-dependencies"),
-    path("tasks/<int:task_id>/start-over/", views.task_start_over, name="task-start-over"),
-    path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
-    path("agents/<str:agent>/runs/<int:run_id>/", views.run_view, name="run"),
-    path("actions/<int:action_id>/retry/", views.action_retry, name="action-retry"),
-    path("actions/<int:action_id>/decision/", views.action_decide, name="action-decide"),
-    path("actions/<int:action_id>/cancel/", views.action_cancel, name="action-cancel"),
-    path("actions/<int:action_id>/repair/", views.action_repair, name="action-repair"),
-    path("actions/<int:action_id>/repair-task/", views.action_repair_task, name="action-repair-task"),
-    path("tasks/<int:task_id>/workspace/", views.task_workspace, name="task-workspace"),
-    path("settings/tools/", views.settings_tools, name="settings-tools"),
-    path("settings/sign-in/", views.settings_signin, name="settings-signin"),
-    path("settings/sign-in/unlock/", views.settings_signin_unlock, name="settings-signin-unlock"),
-    path("settings/tools/<str:agent>/", views.settings_agent, name="settings-agent"),
-    path("settings/exports/", views.settings_exports, name="settings-exports"),
-    path("settings/exports/<int:root_id>/remove/", views.settings_exports_remove, name="settings-exports-remove"),
-    path("workers/", ops.workers_page, name="workers"),
-    path("healthz", ops.healthz, name="healthz"),
-    path("metrics", ops.metrics_view, name="metrics"),
+    path("", board, name="board"),
+    path("inbox/", inbox, name="inbox"),
+    path("views/", view_save, name="view-save"),
+    path("views/<int:view_id>/delete/", view_delete, name="view-delete"),
+    path("bulk/", bulk_history, name="bulk"),
+    path("bulk/preview/", bulk_preview, name="bulk-preview"),
+    path("bulk/<int:op_id>/", bulk_detail, name="bulk-detail"),
+    path("bulk/<int:op_id>/execute/", bulk_execute, name="bulk-execute"),
+    path("bulk/<int:op_id>/cancel/", bulk_cancel, name="bulk-cancel"),
+    path("bulk/<int:op_id>/retry-failed/", bulk_retry_failed, name="bulk-retry-failed"),
+    path("tasks/<int:task_id>/", task_view, name="task"),
+    path("tasks/<int:task_id>/pause/", task_pause, name="task-pause"),
+    path("tasks/<int:task_id>/resume/", task_resume, name="task-resume"),
+    path("tasks/<int:task_id>/messages/", task_message, name="task-message"),
+    path("tasks/<int:task_id>/messages/deliver/", task_messages_deliver, name="task-messages-deliver"),
+    path("tasks/<int:task_id>/continue/", task_continue, name="task-continue"),
+    path("tasks/<int:task_id>/owner/", task_owner, name="task-owner"),
+    path("tasks/<int:task_id>/close/", task_close, name="task-close"),
+    path("tasks/<int:task_id>/reopen/", task_reopen, name="task-reopen"),
+    path("tasks/<int:task_id>/budget/", task_budget, name="task-budget"),
+    path("tasks/<int:task_id>/dependencies/", task_dependencies, name="task-dependencies"),
+    path("tasks/<int:task_id>/start-over/", task_start_over, name="task-start-over"),
+    path("runs/<int:run_id>/stop/", run_stop, name="run-stop"),
+    path("agents/<str:agent>/runs/<int:run_id>/", run_view, name="run"),
+    path("actions/<int:action_id>/retry/", action_retry, name="action-retry"),
+    path("actions/<int:action_id>/decision/", action_decide, name="action-decide"),
+    path("actions/<int:action_id>/cancel/", action_cancel, name="action-cancel"),
+    path("actions/<int:action_id>/repair/", action_repair, name="action-repair"),
+    path("actions/<int:action_id>/repair-task/", action_repair_task, name="action-repair-task"),
+    path("tasks/<int:task_id>/workspace/", task_workspace, name="task-workspace"),
+    path("settings/tools/", settings_tools, name="settings-tools"),
+    path("settings/sign-in/", settings_signin, name="settings-signin"),
+    path("settings/sign-in/unlock/", settings_signin_unlock, name="settings-signin-unlock"),
+    path("settings/tools/<str:agent>/", settings_agent, name="settings-agent"),
+    path("settings/exports/", settings_exports, name="settings-exports"),
+    path("settings/exports/<int:root_id>/remove/", settings_exports_remove, name="settings-exports-remove"),
+    path("workers/", workers_page, name="workers"),
+    path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     # Sign-in (throttled by django-axes), sign-out and password change; no password reset (no mail is sent).
-    path("accounts/login/", accounts.LoginView.as_view(), name="login"),
-    path("accounts/logout/", accounts.logout, name="logout"),
-    path("accounts/password_change/", accounts.password_change, name="password_change"),
-    path("accounts/password_change/done/", accounts.password_change_done, name="password_change_done"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
+    path("accounts/logout/", logout, name="logout"),
+    path("accounts/password_change/", password_change, name="password_change"),
+    path("accounts/password_change/done/", password_change_done, name="password_change_done"),
     path("admin/", admin.site.urls),
     path("api/", include(api)),
 ]
 
-handler400 = views.bad_request
-handler403 = views.forbidden
-handler404 = views.not_found
+handler400 = bad_request
+handler403 = forbidden
+handler404 = not_found
 handler500 = "console.middleware.server_error"

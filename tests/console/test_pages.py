@@ -186,7 +186,7 @@ def test_the_count_is_capped(login, org, agent, operator, monkeypatch):
     assert board_count(operator, BoardFilter(), cap=100) == 7
     client = login(operator)
     assert '<span class="count muted">7 tasks</span>' in client.get("/").text
-    monkeypatch.setattr("console.triage_views.COUNT_CAP", 5)
+    monkeypatch.setattr("console.views.triage.COUNT_CAP", 5)
     content = client.get("/").text
     assert '<span class="count muted">5+ tasks</span>' in content and "7 tasks" not in content
 

@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from console.asgi import application
-from console.relay import relay
+from console.live.relay import relay
 
 ORIGIN = (b"origin", b"http://testserver")
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from console.asgi import application
-from console.consumers import CLOSE_UNAUTHENTICATED
+from console.live.consumers import CLOSE_UNAUTHENTICATED
 from tasks.models import Event
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN

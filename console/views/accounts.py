@@ -2,7 +2,7 @@
 
 - Sign-in is throttled by django-axes (settings: AXES_*); a locked-out person sees the console's own sign-in
   page saying so (`lockout`), with status 429. An organization's admins unlock members on Settings → Sign-in
-  locks (`console.views.settings_signin`); `manage.py axes_reset_username <name>` works from a shell.
+  locks (`console.views.settings_pages.settings_signin`); `manage.py axes_reset_username <name>` works from a shell.
 - Signing out and changing a password end sessions: `tasks.accounts.session_ended` tells every web process,
   whose relay re-checks that person's live sockets at once and closes those whose session is gone (4401).
 """

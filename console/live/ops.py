@@ -14,9 +14,12 @@ import json
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
 
-from console import alerts, live, ops
-from console.consumers import CLOSE_THROTTLED, ResyncBudget, SocketConsumer
-from console.relay import relay
+from console import alerts
+from console.live.access import admit, forget_memberships, session_state
+from console.live.consumers import CLOSE_THROTTLED, ResyncBudget, SocketConsumer
+from console.live.relay import relay
+from console.live.snapshots import notice_fragment
+from console.views.ops import render_workers_body
 from tasks.selectors import memberships_of
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -26,11 +29,11 @@ REFRESH_SECONDS = 2.0
 
 def render_update(user, *, reconnect: bool = False) -> str | None:
     """The page's body and the header warnings as out-of-band swaps; None once access is gone."""
-    live.forget_memberships(user)
+    forget_memberships(user)
     if not memberships_of(user):
         return None
-    html = ops.render_workers_body(user, oob=True).strip() + alerts.render_alerts(user, oob=True).strip()
-    return html + (live.notice_fragment() if reconnect else "")
+    html = render_workers_body(user, oob=True).strip() + alerts.render_alerts(user, oob=True).strip()
+    return html + (notice_fragment() if reconnect else "")
 
 
 class WorkersConsumer(SocketConsumer):
@@ -43,9 +46,9 @@ class WorkersConsumer(SocketConsumer):
         self.org_id = None  # the relay re-checks it for session ends only (tasks.accounts.session_ended)
         self.resyncs = ResyncBudget()
         self.user = AnonymousUser()
-        await self.accept()  # first, as every live page's socket (console.consumers.LiveConsumer.connect)
+        await self.accept()  # first, as every live page's socket (console.live.consumers.LiveConsumer.connect)
         session = self.scope.get("session")
-        admission = await database_sync_to_async(live.admit)(getattr(session, "session_key", None), "workers", None)
+        admission = await database_sync_to_async(admit)(getattr(session, "session_key", None), "workers", None)
         if admission.user is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
@@ -69,7 +72,7 @@ class WorkersConsumer(SocketConsumer):
 
     async def session_alive(self) -> bool:
         session = self.scope.get("session")
-        state = await database_sync_to_async(live.session_state)(getattr(session, "session_key", None), self.user)
+        state = await database_sync_to_async(session_state)(getattr(session, "session_key", None), self.user)
         return state.valid
 
     async def recheck_access(self) -> bool:

@@ -15,8 +15,8 @@ from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_POST
 
-from console import cards
-from console.views import TABS, bad_request, refused
+from console.cards.task import task_row_context
+from console.views.refusals import bad_request, refused
 from recovery.rules.bulk import ACTIONS
 from recovery.triage.board import FilterOptions, board_count, board_page, filter_options
 from recovery.triage.filters import BOARD_PARAMS, board_filter, page_params
@@ -30,6 +30,15 @@ from tasks.authz import can_operate
 from tasks.errors import Forbidden, ServiceError
 from tasks.events import last_event_id
 from tasks.selectors import primary_membership
+
+TABS = (
+    ("needs_decision", "Needs decision"),
+    ("exhausted", "Exhausted"),
+    ("blocked", "Blocked"),
+    ("running", "Running"),
+    ("follow_through", "Needs follow-through"),
+    ("all", "All"),
+)
 
 COUNT_CAP = 10_000
 PARAMS = BOARD_PARAMS
@@ -65,7 +74,7 @@ def board_context(request, params, *, typed=None) -> dict:
     selectable = bool(membership and can_operate(user, membership.org_id))
     typed = typed or {}
     checked = {int(i) for i in typed.get("ids", []) if str(i).isdigit()}
-    rows = [{**cards.task_row_context(t, user), "selectable": selectable, "checked": t.pk in checked} for t in tasks]
+    rows = [{**task_row_context(t, user), "selectable": selectable, "checked": t.pk in checked} for t in tasks]
     here = page_params(tab, f)
     views = []
     current_view = None

@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from console import triage_views
-from console.views import bad_request, refused
+from console.views.refusals import bad_request, refused
+from console.views.triage import PARAMS, board_filter, render_board_refusal
 from recovery.bulk import operations as bulk
 from recovery.bulk.selectors import PENDING, RESULT_FILTERS, counts_of, expired, history_page, ledger, operation
 from recovery.words.bulk import (
@@ -65,7 +65,7 @@ def _op_or_404(request, op_id: int):
 @require_POST
 def bulk_preview(request):
     """The board's "Preview": freeze what was chosen, then show the preview to confirm (nothing happens yet)."""
-    params = {k: request.POST.get(f"filter_{k}", "") for k in triage_views.PARAMS}
+    params = {k: request.POST.get(f"filter_{k}", "") for k in PARAMS}
     ids_raw = request.POST.getlist("ids")
     action = request.POST.get("action", "")
     typed = {
@@ -79,7 +79,7 @@ def bulk_preview(request):
     try:
         filter_ = ids = None
         if typed["all_matching"]:
-            _, board = triage_views.board_filter(params)
+            _, board = board_filter(params)
             filter_ = board.params()
         else:
             if not all(i.isdigit() and len(i) <= 18 for i in ids_raw):
@@ -101,7 +101,7 @@ def bulk_preview(request):
     except ServiceError as exc:
         if isinstance(exc, Forbidden):
             return refused(request, exc.detail)
-        return triage_views.render_board_refusal(request, params, exc, typed)
+        return render_board_refusal(request, params, exc, typed)
     return redirect(reverse("bulk-detail", args=[op.pk]), permanent=False)
 
 

@@ -15,8 +15,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
-from console import live
-from console.relay import relay
+from console.live.access import admit, check_access, forget_memberships, session_state
+from console.live.relay import relay
+from console.live.snapshots import can_select, changed_since, cursor_fragment, notice_fragment, render_page_for
 from recovery.triage.filters import BOARD_PARAMS, board_filter
 from tasks import events, payloads
 
@@ -104,9 +105,7 @@ class LiveConsumer(SocketConsumer):
         # returns (a consumer handles its messages in order), and a refusal is a close with its code either way.
         await self.accept()
         session = self.scope.get("session")
-        admission = await database_sync_to_async(live.admit)(
-            getattr(session, "session_key", None), self.page, self.obj_id
-        )
+        admission = await database_sync_to_async(admit)(getattr(session, "session_key", None), self.page, self.obj_id)
         if admission.user is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
@@ -155,7 +154,7 @@ class LiveConsumer(SocketConsumer):
 
     @property
     def selectable(self) -> bool:
-        return live.can_select(self.role)
+        return can_select(self.role)
 
     @property
     def lists_new(self) -> bool:
@@ -175,7 +174,7 @@ class LiveConsumer(SocketConsumer):
         # half-filled form) with the same state: drop it.
         if self.subscribed and cursor > self.page_cursor:
             self.page_cursor = cursor
-            await self.send(text_data=html + live.cursor_fragment(cursor))
+            await self.send(text_data=html + cursor_fragment(cursor))
 
     # --- the page's requests ---------------------------------------------------------
 
@@ -204,19 +203,19 @@ class LiveConsumer(SocketConsumer):
 
     def _resync(self, after: int, reconnect: bool) -> tuple[str, int]:
         """Every card of the page from saved state, when the page may be behind (always after a reconnect)."""
-        if not reconnect and not live.changed_since(
+        if not reconnect and not changed_since(
             self.page, org_id=self.org_id, task_id=self.task_id, after=after, obj_id=self.obj_id
         ):
             return "", after
         cursor = events.last_event_id()
-        html = live.render_page_for(live.forget_memberships(self.user), self.page, self.obj_id, self.filters, self.role)
-        notice = live.notice_fragment() if reconnect else ""
-        return html + notice + live.cursor_fragment(cursor), cursor
+        html = render_page_for(forget_memberships(self.user), self.page, self.obj_id, self.filters, self.role)
+        notice = notice_fragment() if reconnect else ""
+        return html + notice + cursor_fragment(cursor), cursor
 
     async def session_alive(self) -> bool:
-        """Whether the session this socket opened with still signs its user in (console.live.session_state)."""
+        """Whether the session this socket opened with still signs its user in (console.live.access.session_state)."""
         session = self.scope.get("session")
-        state = await database_sync_to_async(live.session_state)(getattr(session, "session_key", None), self.user)
+        state = await database_sync_to_async(session_state)(getattr(session, "session_key", None), self.user)
         self.session_expires_at = state.expires_at
         return state.valid
 
@@ -230,7 +229,7 @@ class LiveConsumer(SocketConsumer):
             self.subscribed = False
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return False
-        access = await database_sync_to_async(live.check_access)(self.user, self.page, self.obj_id)
+        access = await database_sync_to_async(check_access)(self.user, self.page, self.obj_id)
         return await self.apply_access(access)
 
     def access_key(self) -> tuple:
@@ -241,7 +240,7 @@ class LiveConsumer(SocketConsumer):
         user and page): close with 4403 if it is gone, else take the role and privacy."""
         if not self.subscribed:
             return False
-        live.forget_memberships(self.user)  # renders re-read the memberships of this socket's user
+        forget_memberships(self.user)  # renders re-read the memberships of this socket's user
         if not access.ok:
             relay.unsubscribe(self)
             self.subscribed = False

@@ -19,7 +19,19 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from console import alerts, live, metrics
+from console import alerts, metrics
+from console.live.access import check_access
+from console.live.snapshots import bulk_snapshot, changes_inbox, inbox_snapshot, nav_count
+from console.live.updates import (
+    DEPENDENT_PARTS,
+    board_row_visible,
+    board_rows,
+    dependents_of,
+    leases_of,
+    new_board_row,
+    run_update,
+    task_update,
+)
 from tasks import events
 from tasks.models import Event
 
@@ -230,7 +242,7 @@ class Relay:
         if not pages:
             return
         try:
-            found = await database_sync_to_async(live.leases_of, thread_sensitive=False)({c.task_id for c in pages})
+            found = await database_sync_to_async(leases_of, thread_sensitive=False)({c.task_id for c in pages})
         except Exception:
             log.exception("lease lines: reading them failed; trying again next interval")
             return
@@ -311,7 +323,7 @@ class Relay:
                     created.add(e.task_id)
 
         # Tasks that wait on a changed task: their gate and their "Waits on" line follow it (no event of theirs).
-        moved = await database_sync_to_async(live.dependents_of)(set(by_task))
+        moved = await database_sync_to_async(dependents_of)(set(by_task))
         for task_id, org_id in moved.items():
             by_org[org_id].add(task_id)
 
@@ -324,15 +336,15 @@ class Relay:
             renders: dict[bool, dict] = {}
             for consumer in boards:
                 if consumer.selectable not in renders:
-                    renders[consumer.selectable] = await database_sync_to_async(live.board_rows)(
+                    renders[consumer.selectable] = await database_sync_to_async(board_rows)(
                         task_ids, viewer=consumer.user, selectable=consumer.selectable
                     )
                 rows = renders[consumer.selectable]
                 parts = []
                 for tid, row in rows.items():
-                    if not live.board_row_visible(row, consumer.user, consumer.role):
+                    if not board_row_visible(row, consumer.user, consumer.role):
                         continue
-                    parts.append(live.new_board_row(row) if tid in created and consumer.lists_new else row.html)
+                    parts.append(new_board_row(row) if tid in created and consumer.lists_new else row.html)
                 if parts:
                     await consumer.push("".join(parts), cursor)
 
@@ -349,18 +361,16 @@ class Relay:
                 key = consumer.render_key()
                 if key not in renders:
                     if consumer.page == "task":
-                        renders[key] = await database_sync_to_async(live.task_update)(
+                        renders[key] = await database_sync_to_async(task_update)(
                             task_id,
                             viewer=consumer.user,
                             run_ids=run_ids,
                             new_run_ids=new_runs,
                             kinds=kinds,
-                            parts=None if task_events else live.DEPENDENT_PARTS,
+                            parts=None if task_events else DEPENDENT_PARTS,
                         )
                     else:
-                        renders[key] = await database_sync_to_async(live.run_update)(
-                            consumer.obj_id, viewer=consumer.user
-                        )
+                        renders[key] = await database_sync_to_async(run_update)(consumer.obj_id, viewer=consumer.user)
                 if renders[key]:
                     await consumer.push(renders[key], cursor)
         await self.dispatch_triage(events, cursor)
@@ -374,7 +384,7 @@ class Relay:
             bulk = e.payload.get("bulk") if isinstance(e.payload, dict) else None
             if isinstance(bulk, int) and e.kind.startswith("bulk_"):
                 by_bulk.add(bulk)
-            if live.changes_inbox(e.kind):
+            if changes_inbox(e.kind):
                 inbox_orgs.add(e.org_id)
         for op_id in sorted(by_bulk):
             renders: dict[tuple, str] = {}
@@ -382,9 +392,7 @@ class Relay:
                 # Counts and items are those each reader may see, on the ledger page they have open.
                 key = (consumer.user.pk, tuple(sorted(consumer.filters.items())))
                 if key not in renders:
-                    renders[key] = await database_sync_to_async(live.bulk_snapshot)(
-                        consumer.user, op_id, consumer.filters
-                    )
+                    renders[key] = await database_sync_to_async(bulk_snapshot)(consumer.user, op_id, consumer.filters)
                 if renders[key]:
                     await consumer.push(renders[key], cursor)
         if not inbox_orgs:
@@ -396,7 +404,7 @@ class Relay:
                 if consumer in done:
                     continue
                 done.add(consumer)
-                html = await database_sync_to_async(live.inbox_snapshot)(consumer.user)
+                html = await database_sync_to_async(inbox_snapshot)(consumer.user)
                 await consumer.push(html, cursor)
             for consumer in list(self.subscribers.get(("nav", org_id), ())):
                 if consumer in done:
@@ -404,12 +412,12 @@ class Relay:
                 done.add(consumer)
                 key = consumer.user.pk
                 if key not in counts:
-                    counts[key] = await database_sync_to_async(live.nav_count)(consumer.user)
+                    counts[key] = await database_sync_to_async(nav_count)(consumer.user)
                 await consumer.push_extra(counts[key])
 
 
 def _read_access(wanted: dict) -> dict:
-    return {key: live.check_access(user, page, obj_id) for key, (user, page, obj_id) in wanted.items()}
+    return {key: check_access(user, page, obj_id) for key, (user, page, obj_id) in wanted.items()}
 
 
 def _read_alerts(groups: dict) -> dict:

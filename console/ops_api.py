@@ -1,75 +1,23 @@
-"""Operations: the workers page, the header warnings, health and metrics (DESIGN §11).
-
-Heartbeats and supervisor passes are bookkeeping, not Events, so the relay never
-hears of them: the workers page re-renders on a timer over its own websocket
-(console/ops_live.py), and the header warnings are computed when a page is drawn.
-"""
+"""Operations over HTTP (DESIGN §11): the workers API, /api/health/ and /healthz, and /metrics."""
 
 import hmac
 from datetime import datetime
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpResponse, JsonResponse
-from django.shortcuts import render
-from django.template.loader import render_to_string
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
 from console import metrics
-from console.alerts import alerts_for
-from console.relay import relay
-from recovery.models import SupervisorProcess
-from recovery.supervisor.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
+from console.live.relay import relay
+from recovery.supervisor.passes import supervisor_health
 from tasks.api import BaseAPIView
 from tasks.auth import IsPerson
 from tasks.models import ApiToken, Membership, Role
-from tasks.selectors import memberships_of, primary_membership
-from tasks.workers import LIST_WINDOW, worker_instances
-
-# --- the workers page and API --------------------------------------------------------
-
-
-def workers_context(user, *, now: datetime | None = None) -> dict:
-    now = now or timezone.now()
-    org_ids = [m.org_id for m in memberships_of(user)]
-    supervisors = list(SupervisorProcess.objects.filter(last_pass_at__gte=now - LIST_WINDOW).order_by("-last_pass_at"))
-    for s in supervisors:
-        s.alive = s.stopped_at is None and supervisor_alive(s.last_pass_at, expected_interval(s), now=now)
-    health = supervisor_health(now=now)
-    return {
-        "instances": worker_instances(user, now=now),
-        "supervisors": supervisors,
-        "supervisor": health,
-        "passes": recent_passes(org_ids),
-        "lease_seconds": settings.CONSOLE_LEASE_SECONDS,
-        "ops_alerts": alerts_for(user, now=now),
-        "now": now,
-    }
-
-
-def render_workers_body(user, *, request=None, oob: bool = False) -> str:
-    return render_to_string("console/workers.html#body", {**workers_context(user), "workers_oob": oob}, request=request)
-
-
-@login_required
-def workers_page(request):
-    if not memberships_of(request.user):
-        raise Http404("No organization.")
-    context = workers_context(request.user)
-    context.update(
-        {
-            "membership": primary_membership(request.user),
-            "nav": "workers",
-            "ws_path": "/ws/workers/",
-            "last_event": 0,
-        }
-    )
-    return render(request, "console/workers.html", context)
+from tasks.workers import worker_instances
 
 
 def iso(value: datetime | None) -> str | None:
@@ -156,9 +104,6 @@ class WorkersView(BaseAPIView):
         return Response({"results": results, "next": None})
 
 
-# --- health ----------------------------------------------------------------------------
-
-
 # How long /healthz and /api/health/ wait for a pooled connection: a prober wants its answer in seconds, while
 # a request queues for one up to CONSOLE_DB_POOL_TIMEOUT (see settings).
 HEALTH_POOL_TIMEOUT = 3.0
@@ -222,9 +167,6 @@ class HealthView(BaseAPIView):
             },
             status=200 if db else 503,
         )
-
-
-# --- metrics ---------------------------------------------------------------------------
 
 
 def metrics_scope(request) -> list[int] | None:
