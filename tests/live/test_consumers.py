@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.utils import timezone
 
-from console.asgi import application
+from config.asgi import application
 from console.live.access import check_access
 from console.live.relay import relay
 from recovery.supervisor.loop import supervise_once

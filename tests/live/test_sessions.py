@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
 
-from console.asgi import application
+from config.asgi import application
 from console.live.consumers import CLOSE_UNAUTHENTICATED
 from tasks.models import Event
 from tasks.services import task_create

@@ -93,7 +93,7 @@ AXES_HTTP_RESPONSE_CODE = 429
 # The address is REMOTE_ADDR: behind the proxy, `daphne --proxy-headers` sets it from X-Forwarded-For.
 
 ROOT_URLCONF = "console.urls"
-ASGI_APPLICATION = "console.asgi.application"
+ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = None
 
 TEMPLATES = [
