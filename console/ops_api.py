@@ -17,7 +17,7 @@ from recovery.supervisor.passes import supervisor_health
 from tasks.api import BaseAPIView
 from tasks.auth import IsPerson
 from tasks.models import ApiToken, Membership, Role
-from tasks.workers import worker_instances
+from tasks.worker_instances import worker_instances
 
 
 def iso(value: datetime | None) -> str | None:

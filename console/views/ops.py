@@ -16,7 +16,7 @@ from console.alerts import alerts_for
 from recovery.models import SupervisorProcess
 from recovery.supervisor.passes import expected_interval, recent_passes, supervisor_alive, supervisor_health
 from tasks.selectors import memberships_of, primary_membership
-from tasks.workers import LIST_WINDOW, worker_instances
+from tasks.worker_instances import LIST_WINDOW, worker_instances
 
 
 def workers_context(user, *, now: datetime | None = None) -> dict:
