@@ -42,7 +42,7 @@ WORKSPACES = BENCH_DIR / f"workspaces-{os.getpid()}"
 
 def _configure_environment() -> str | None:
     """Point the settings at a throwaway database before Django loads them. Returns the server URL (PG)."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "0123456789abcdef" * 3)
     os.environ.setdefault("DEBUG", "0")
     os.environ.setdefault("CONSOLE_HTTPS", "0")  # the test client and the bench's daphne speak plain http

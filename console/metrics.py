@@ -21,9 +21,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from recovery.models import LIVE_ACTION_STATUSES, RecoveryAction, SupervisorProcess
 from recovery.supervisor.passes import DURATION_BUCKETS, expected_interval, supervisor_alive
 from tasks.models import Run, RunStatus, WorkerInstance
-from tasks.workers import stale_after
+from tasks.worker_instances import stale_after
 
-# Observed by the relay of this process (console/relay.py) once per event, in the pass that dispatched it
+# Observed by the relay of this process (console/live/relay.py) once per event, in the pass that dispatched it
 # (the relay tails events only while some live page is connected to this process).
 PUSH_LATENCY = Histogram(
     "console_event_push_latency_seconds",

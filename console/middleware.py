@@ -18,7 +18,7 @@ from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views.defaults import server_error as django_server_error
 
-from console.views import bad_request
+from console.views.refusals import bad_request
 from tasks import payloads
 from tasks.errors import BUSY_RETRY_AFTER, database_trouble
 

@@ -1,7 +1,7 @@
 from django.urls import path
 
-from console.consumers import BoardConsumer, BulkConsumer, InboxConsumer, RunConsumer, TaskConsumer
-from console.ops_live import WorkersConsumer
+from console.live.consumers import BoardConsumer, BulkConsumer, InboxConsumer, RunConsumer, TaskConsumer
+from console.live.ops import WorkersConsumer
 
 websocket_urlpatterns = [
     path("ws/board/", BoardConsumer.as_asgi()),

@@ -1,6 +1,6 @@
 """An agent run read as its conversation (DESIGN §13), and what recovery saved and cost, from saved facts.
 
-Pure, like recovery/presenter.py: the callers pass loaded rows (the task's runs with their `step_list` and
+Pure, like recovery/words/: the callers pass loaded rows (the task's runs with their `step_list` and
 `carried_messages`, the diagnosis verdicts) and nothing here queries. Words come from the presenter where it
 has them (a step's verdict, a notice, a follow-up's state); the rest are composed here, once.
 
@@ -13,8 +13,10 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recovery import presenter
-from recovery.presenter import At, Line, Said
+from recovery.words.agent_runs import SETTING_WORDS, call_text, notice_row, notice_text
+from recovery.words.followups import followup_line
+from recovery.words.lines import At, Line, Said
+from recovery.words.runs import StepRow, duration, step_row
 from tasks.batches import NESTED_BASE
 
 MODEL = "model"
@@ -409,7 +411,7 @@ def _handed_over(step, continued_in) -> Line | None:
         if isinstance(n, dict) and n.get("seq") == step.seq and n.get("parent_seq") == step.parent_seq:
             queued = "" if continued_in.started_at else " (queued)"
             if n.get("decision") == "agent_verifies":
-                who = n.get("decided_by") or f"its setting ({presenter.SETTING_WORDS})"
+                who = n.get("decided_by") or f"its setting ({SETTING_WORDS})"
                 return (f"run #{continued_in.pk}{queued} hands it to the agent to verify — decided by {who}",
                         *((": ", Said(n["note"])) if n.get("note") else ()))  # fmt: skip
             if n.get("decision") == "performed":
@@ -425,9 +427,9 @@ def _row(step, *, run, verdicts, disposition, notices, continued_in, by_pk):
     """The presenter's label and note for a step, in the conversation's words."""
     notice = notices.get((step.parent_seq, step.seq)) if step.reused_from_id else None
     if notice is not None:
-        return presenter.notice_row(notice), notice
+        return notice_row(notice), notice
     original = by_pk.get(step.reused_from_id) if step.reused_from_id else None
-    row = presenter.step_row(
+    row = step_row(
         step,
         run=run,
         verdict=verdicts.get((step.parent_seq, step.seq)),
@@ -436,11 +438,11 @@ def _row(step, *, run, verdicts, disposition, notices, continued_in, by_pk):
         continued_in=continued_in,
     )
     if row.label == "reused" and original is not None:
-        row = presenter.StepRow(f"reused from run #{original.run_id}", ("not called again",))
+        row = StepRow(f"reused from run #{original.run_id}", ("not called again",))
     elif row.label == "unknown outcome":
         handed = _handed_over(step, continued_in)
         if handed is not None:
-            row = presenter.StepRow("unknown outcome", handed)
+            row = StepRow("unknown outcome", handed)
     return row, None
 
 
@@ -468,7 +470,7 @@ def conversation(
 
     def followup(m) -> FollowUp:
         author = m.author.username if getattr(m, "author", None) else "someone"
-        _, line = presenter.followup_line(m, wait_text="", closed=True)  # not_delivered: only why
+        _, line = followup_line(m, wait_text="", closed=True)  # not_delivered: only why
         return FollowUp(
             author, m.created_at, m.read_at, text_of(m.body), line, followup_heading_of(author, m.created_at)
         )
@@ -500,7 +502,7 @@ def conversation(
                 label=TURN_LABELS.get(row.label, row.label),
                 note=row.note,
                 tokens=token_text,
-                asked=[presenter.call_text(name, a, limit=120) for name, a in reply.calls],
+                asked=[call_text(name, a, limit=120) for name, a in reply.calls],
             )
             entries.append(Entry("turn", turn=current))
             continue
@@ -514,11 +516,11 @@ def conversation(
             args_more=args_more,
             label=CALL_LABELS.get(row.label, row.label),
             note=row.note,
-            took="" if row.declared else presenter.duration(step.dispatched_at, step.completed_at),
+            took="" if row.declared else duration(step.dispatched_at, step.completed_at),
             tokens=token_text,
         )
         if notice is not None:
-            call.told = presenter.notice_text(notice)  # the note quotes it too: "…; the model was told: …"
+            call.told = notice_text(notice)  # the note quotes it too: "…; the model was told: …"
         elif step.result is not None and not row.declared:
             call.result, call.result_more = items_of(step.result)
         if step.error:

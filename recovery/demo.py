@@ -77,7 +77,7 @@ class EmbeddedServer:
 
     def __enter__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,

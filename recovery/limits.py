@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 
-from recovery import presenter
+from recovery.words.limits import limit_invalid_text
 from tasks.authz import require_role
 from tasks.errors import Invalid
 from tasks.events import event_append
@@ -88,9 +88,9 @@ def parse(values: dict) -> dict[str, int | None]:
         try:
             n = int(raw)
         except ValueError:
-            raise Invalid(presenter.limit_invalid_text(field, low, high), field=field) from None
+            raise Invalid(limit_invalid_text(field, low, high), field=field) from None
         if not low <= n <= high:
-            raise Invalid(presenter.limit_invalid_text(field, low, high), field=field)
+            raise Invalid(limit_invalid_text(field, low, high), field=field)
         out[field] = n
     return out
 
@@ -103,7 +103,7 @@ def org_limits_set(*, user, org_id: int, values: dict[str, int | None]) -> Organ
     for field, value in values.items():
         low, high = BOUNDS[field]  # a KeyError is a programming error
         if value is not None and not low <= value <= high:
-            raise Invalid(presenter.limit_invalid_text(field, low, high), field=field)
+            raise Invalid(limit_invalid_text(field, low, high), field=field)
     org = Organization.objects.select_for_update().get(pk=org_id)
     before = {f: getattr(org, f) for f in FIELDS}
     after = {**before, **values}

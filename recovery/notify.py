@@ -39,7 +39,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from recovery import limits, presenter
+from recovery import limits
 from recovery.models import (
     DELIVERY_DUE,
     NOTICE_TYPES,
@@ -53,6 +53,8 @@ from recovery.models import (
 )
 from recovery.rules.classify import WORKSPACE_KINDS
 from recovery.transitions import DELIVERIES
+from recovery.words.breakers import breaker_notice_title
+from recovery.words.notifications import notice_message
 from tasks.authz import require_role
 from tasks.errors import Invalid, NotFound
 from tasks.events import actor_name, event_append, on_appended
@@ -292,7 +294,7 @@ def notice_payload(event: Event, notice: str) -> dict:
     if event.task_id:
         title = Task.objects.filter(pk=event.task_id).values_list("title", flat=True).first() or ""
     elif notice == "breaker_opened":
-        title = presenter.breaker_notice_title(payload.get("agent") or "", payload.get("signature") or "")
+        title = breaker_notice_title(payload.get("agent") or "", payload.get("signature") or "")
     else:
         title = str(payload.get("title") or notice)
     url = task_url(event.task_id)
@@ -388,7 +390,7 @@ def _post_webhook(d: NotificationDelivery, dest: NotificationDestination) -> tup
 def _notify_apprise(d: NotificationDelivery, dest: NotificationDestination) -> tuple[int | None, str]:
     apprise = _apprise()
     data = d.payload.get("data", {})
-    title, body = presenter.notice_message(
+    title, body = notice_message(
         d.notice, task_id=data.get("task"), title=data.get("title", ""), url=data.get("url", "")
     )
     sender = apprise.Apprise()

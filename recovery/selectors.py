@@ -207,7 +207,7 @@ def task_queryset(user, *, state: str, q: str):
 def task_page(user, *, state: str = "all", q: str = "", cursor=None, limit: int = 50):
     """One page of visible tasks, newest first, and the cursor (an id) of the next (keyset, no OFFSET).
 
-    The board's orders (last change, urgency) and filters are recovery.triage's.
+    The board's orders (last change, urgency) and filters are recovery.triage's (board.py).
     """
     qs = task_queryset(user, state=state, q=q).select_related("agent")
     if cursor is not None:

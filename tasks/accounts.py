@@ -89,7 +89,7 @@ SESSION_ENDED = "session_ended"
 @transaction.atomic
 def session_ended(*, user, reason: str) -> None:
     """A person's session ended (signed out, password changed): every web process re-checks that person's
-    live sockets at once, and closes those whose session is gone (console/relay.py reads this event).
+    live sockets at once, and closes those whose session is gone (console/live/relay.py reads this event).
 
     One event per organization of the person (events belong to one); it names the person, never the session.
     """

@@ -2,7 +2,7 @@
 
 An Event is the record of one change, appended in the change's transaction (tasks/events.py); pages, the live
 relay, the timeline and the API read them. A new kind is added here first, with what it records; the live
-pages' groups of kinds (console/live.py) and the named SQL (tasks/sql/) name only kinds from here.
+pages' groups of kinds (console/live/) and the named SQL (tasks/sql/) name only kinds from here.
 """
 
 KINDS: dict[str, str] = {

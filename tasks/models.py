@@ -470,7 +470,7 @@ class IdempotencyRecord(models.Model):
 class WorkerInstance(models.Model):
     """One process (or slot) of a worker identity, as seen by the runner API: its claims and heartbeats.
 
-    Written with one UPDATE per heartbeat and one upsert per claim (tasks/workers.py);
+    Written with one UPDATE per heartbeat and one upsert per claim (tasks/worker_instances.py);
     never an Event: being alive is bookkeeping, not a state change of any task.
     """
 

@@ -49,7 +49,7 @@ from tasks.models import (
 from tasks.modes import MODEL, PLAN_ONLY_TOOLS, profile_mode
 from tasks.selectors import task_facts, visible_tasks
 from tasks.transitions import MESSAGES, RUNS, STEPS, TASKS, NewEvent, claim_queued_run
-from tasks.workers import instance_beat, instance_seen
+from tasks.worker_instances import instance_beat, instance_seen
 from tasks.workspace import (
     UnsafePath,
     clean_relpath,

@@ -72,7 +72,7 @@ RACY_NS = 50_000_000
 FILE, LINK, DIR, FIFO, SOCKET, DEVICE, OTHER = "file", "link", "dir", "fifo", "socket", "device", "other"
 KINDS = (FILE, LINK, DIR, FIFO, SOCKET, DEVICE, OTHER)
 
-# Why a file's content was not kept (WorkspaceFile.not_kept; recovery/presenter.py says each in words).
+# Why a file's content was not kept (WorkspaceFile.not_kept; recovery/words/workspaces.py says each in words).
 LARGE = "large"  # over CONSOLE_WORKSPACE_KEEP_BYTES: hashed, not kept
 STORE_ERROR = "store_error"  # the content store could not be written
 UNREADABLE = "unreadable"  # the server could not read the file

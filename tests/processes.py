@@ -40,7 +40,7 @@ def child_env(**extra) -> dict:
     env = dict(os.environ)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": database_url(),
             "SECRET_KEY": settings.SECRET_KEY,
             "DEBUG": "0",
@@ -83,7 +83,7 @@ def connect_timeout() -> float:
 
 
 class Server:
-    """`daphne console.asgi:application` with the Procfile's options, as a subprocess, polled until it answers."""
+    """`daphne config.asgi:application` with the Procfile's options, as a subprocess, polled until it answers."""
 
     def __init__(self, *, port: int | None = None, log: Path | None = None, **env):
         self.port = port or free_port()
@@ -105,7 +105,7 @@ class Server:
                 "-p",
                 str(self.port),
                 *web_options(),
-                "console.asgi:application",
+                "config.asgi:application",
             ],
             cwd=ROOT,
             env=child_env(**self.env),

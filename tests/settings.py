@@ -18,7 +18,7 @@ os.environ.setdefault(
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ["CONSOLE_WORKSPACES"].endswith(_worker):
     os.environ["CONSOLE_WORKSPACES"] += f"-{_worker}"
 
-from console.settings import *  # noqa: E402, F403
+from config.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405

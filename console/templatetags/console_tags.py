@@ -6,7 +6,8 @@ from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils import timezone
 from django.utils.html import format_html
 
-from recovery.presenter import continued_from_text, fresh_start_text
+from recovery.words.continue_from import continued_from_text
+from recovery.words.runs import fresh_start_text
 from tasks.batches import item_position
 
 register = template.Library()
@@ -43,7 +44,7 @@ def say(line):
     from django.utils.html import conditional_escape
     from django.utils.safestring import mark_safe
 
-    from recovery.presenter import At, Said
+    from recovery.words.lines import At, Said
 
     if not line:
         return ""

@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from recovery.action_log import action_open
 from recovery.models import ActionKind
-from recovery.presenter import notice_text, run_status_phrase
 from recovery.rules import classify as c
 from recovery.selectors import diagnose, run_facts
+from recovery.words.agent_runs import notice_text
+from recovery.words.vocabulary import run_status_phrase
 from recovery.workspaces import validation as workspaces
 from tasks.batches import FOREACH, parent_of
 from tasks.errors import NotEligible
@@ -338,7 +339,7 @@ def continuation_create(
             for step, said in sorted(noticed, key=lambda n: n[0].seq)
         ]
         for notice in carry["notices"]:
-            notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.presenter)
+            notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.words.agent_runs)
     found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, declared_effects))
     if found is not None:
         return continuation_refuse(source=source, actor=actor, reason=reason, carry=carry, found=found)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from recovery import presenter
 from recovery.action_log import action_open, action_open_for
 from recovery.actions.commands import action_retire
 from recovery.actions.continuations import continuation_blocked, continuation_create, source_diagnosis
@@ -20,6 +19,8 @@ from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, Reco
 from recovery.rules import classify as c
 from recovery.rules.gates import BOUNDS, first_closed_gate
 from recovery.selectors import admission_facts, continuation_source
+from recovery.words.bounds import bound_hold
+from recovery.words.vocabulary import run_status_phrase
 from recovery.workspaces import validation as workspaces
 from tasks.authz import require_role
 from tasks.batches import item_position, parent_of
@@ -146,7 +147,7 @@ class Continued:
 
 def _bound(action: RecoveryAction) -> Continued:
     """Continue now refused by an exhausted bound, naming the gate, the action and who lifts it."""
-    hold = presenter.bound_hold(action)
+    hold = bound_hold(action)
     return Continued(action=action.pk, detail=hold.detail, seq=action.seq, gate=hold)
 
 
@@ -201,7 +202,7 @@ def _task_continue(*, user, task_id: int, note: str = "") -> Continued:
         return Continued(run=run)
     if source.status in LIVE_RUN_STATUSES:
         raise NotEligible(
-            f"Run #{source.pk} {presenter.run_status_phrase(source.status)}: there is nothing to continue yet.",
+            f"Run #{source.pk} {run_status_phrase(source.status)}: there is nothing to continue yet.",
             reason="run_live",
         )
     waiting = Message.objects.filter(task=task, status=MessageStatus.WAITING).exists()

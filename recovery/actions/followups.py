@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from recovery import presenter
 from recovery.action_log import action_open_for
 from recovery.actions.continuations import Blocked, continuation_blocked, continuation_create
 from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, RecoveryAction
 from recovery.selectors import continuation_source
+from recovery.words.followups import followup_refused_text, followup_wait_text
 from recovery.workspaces import validation as workspaces
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, TaskClosed
@@ -38,7 +38,7 @@ CLOSED = ("done", "cancelled")
 
 @dataclass(frozen=True)
 class Wait:
-    """Why the task's waiting follow-ups wait now, and what ends the wait (`presenter.followup_wait_text`).
+    """Why the task's waiting follow-ups wait now, and what ends the wait (`followup_wait_text`).
 
     `kind`: hold | workspace | run_queued | run_running | run_stopping | action_retrying | action_open |
     action_exhausted | admission (the supervisor admits them on its next pass) | blocked (a person settles a
@@ -60,7 +60,7 @@ class Wait:
 
     @property
     def text(self) -> str:
-        return presenter.followup_wait_text(self)
+        return followup_wait_text(self)
 
 
 def followup_wait(task: Task) -> Wait:
@@ -195,7 +195,7 @@ def messages_admit(*, budget=None) -> list[int]:
                     action_open_for(source, wait.blocked.diagnosis, **wait.blocked.action_kwargs())
                 reason = waiting_reason(task)
         except (NotEligible, GateClosed, IntegrityError) as exc:
-            reason = presenter.followup_refused_text(getattr(exc, "detail", ""))
+            reason = followup_refused_text(getattr(exc, "detail", ""))
         reason = _stored(reason)
         changed = Message.objects.filter(task=task, status=MessageStatus.WAITING).exclude(waiting_reason=reason)
         if changed.update(waiting_reason=reason):

@@ -1,11 +1,14 @@
 """JSON shapes of the operator API (API.md), and the facts every presenter call needs, read once.
 
-Words come from recovery.presenter; this module gathers what it needs (the
+Words come from recovery.words; this module gathers what it needs (the
 live gate, a hold on a queued continuation) and lays out the API's JSON.
 """
 
-from recovery import presenter
-from recovery.presenter import task_state
+from recovery.words.actions import action_view
+from recovery.words.card import ActionView
+from recovery.words.lines import plain
+from recovery.words.task import task_state
+from recovery.words.workspaces import WORKSPACE_KINDS, repair_line
 from tasks.api import iso, message_data, step_data
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
@@ -15,13 +18,13 @@ from tasks.selectors import task_facts
 __all__ = ["action_data", "action_view_of", "attempt_data", "run_data", "task_data", "task_state"]
 
 
-def action_view_of(action, *, user=None, task_runs: dict | None = None) -> presenter.ActionView:
+def action_view_of(action, *, user=None, task_runs: dict | None = None) -> ActionView:
     """The presenter's view of an action, with the facts read now (gate, hold, roles)."""
     from recovery.selectors import current_gate
 
     attempts = list(action.attempt_history.all())
     runs = {a.continuation_run_id: a.continuation_run for a in attempts if a.continuation_run_id}
-    workspace = action.kind in presenter.WORKSPACE_KINDS
+    workspace = action.kind in WORKSPACE_KINDS
     # A workspace action is settled by a repair, not an admission: the admission gates do not apply to it.
     gate = (
         current_gate(action, task_runs=task_runs) if action.status in ("open", "exhausted") and not workspace else None
@@ -31,7 +34,7 @@ def action_view_of(action, *, user=None, task_runs: dict | None = None) -> prese
         latest = runs.get(attempts[-1].continuation_run_id) if attempts else None
         if latest is not None and latest.status == "queued":
             run_hold = task_hold(task_facts(action.task))
-    return presenter.action_view(
+    return action_view(
         action,
         attempts=attempts,
         runs=runs,
@@ -70,7 +73,7 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
     """`gate` is the gate that would refuse an admission now (live), else the last refusal saved."""
     gate = {"gate": action.gate, "detail": action.gate_detail} if action.gate else None
     view = action_view_of(action, user=user)
-    if with_gate and action.status in ("open", "exhausted") and action.kind not in presenter.WORKSPACE_KINDS:
+    if with_gate and action.status in ("open", "exhausted") and action.kind not in WORKSPACE_KINDS:
         from recovery.selectors import current_gate
 
         hold = current_gate(action)
@@ -93,7 +96,7 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
         "due_at": iso(action.due_at),
         "next_action": view.next_text,
         "label": view.badge,
-        "summary": [presenter.plain(line) for line in view.progress],
+        "summary": [plain(line) for line in view.progress],
         "decision": action.decision or None,
         "decided_by": action.decided_by or None,
         "decided_at": iso(action.decided_at),
@@ -115,7 +118,7 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
                 "result": r.result,
                 "created_at": iso(r.created_at),
                 "completed_at": iso(r.completed_at),
-                "summary": presenter.plain(presenter.repair_line(r)),
+                "summary": plain(repair_line(r)),
             }
             for r in sorted(action.repairs.all(), key=lambda r: r.pk)
         ],

@@ -4,12 +4,14 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import presenter, selectors
+from recovery import selectors
 from recovery.actions import commands as actions
 from recovery.actions import continue_from, controls, followups, start_over
 from recovery.api import schemas
 from recovery.api.shapes import action_data, attempt_data, run_data, task_data
 from recovery.modes import current_modes
+from recovery.words.lines import plain
+from recovery.words.workspaces import repair_line
 from recovery.workspaces import repairs
 from recovery.workspaces import validation as workspaces
 from tasks import services, throttles
@@ -610,7 +612,7 @@ def repair_data(repair) -> dict:
         "requested_by": repair.requested_by.username if repair.requested_by else None,
         "status": repair.status,
         "result": repair.result,
-        "summary": presenter.plain(presenter.repair_line(repair)),
+        "summary": plain(repair_line(repair)),
         "created_at": repair.created_at.isoformat(),
         "completed_at": repair.completed_at.isoformat() if repair.completed_at else None,
     }

@@ -4,11 +4,12 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from recovery import presenter
 from recovery.bulk import operations as bulk
 from recovery.bulk.selectors import counts_of, expired, history_page, ledger, operation
 from recovery.models import BulkItem, BulkOperation, BulkStatus
 from recovery.rules.bulk import ACTIONS
+from recovery.words.bulk import bulk_item_text, bulk_line, bulk_predicted
+from recovery.words.lines import plain
 from tasks.api import BaseAPIView, idempotent, int_param, iso, page_limit, paginate
 from tasks.auth import IsPerson
 from tasks.errors import Forbidden
@@ -102,7 +103,7 @@ def op_data(user, op: BulkOperation, counts=None) -> dict:
         "finished_at": iso(op.finished_at),
         "cancelled_by": op.cancelled_by or None,
         "retry_of": op.retry_of_id,
-        "status_text": presenter.plain(presenter.bulk_line(op, counts, expired=is_expired)),
+        "status_text": plain(bulk_line(op, counts, expired=is_expired)),
     }
 
 
@@ -116,7 +117,7 @@ def sample_data(user, op: BulkOperation) -> list[dict]:
             "action": i.action_id,
             "would": "skip" if i.predicted else "apply",
             "reason": i.predicted,
-            "detail": presenter.bulk_predicted(i.predicted),
+            "detail": bulk_predicted(i.predicted),
         }
         for i in items[: bulk.SAMPLE]
     ]
@@ -130,7 +131,7 @@ def item_data(op: BulkOperation, item: BulkItem) -> dict:
         "version": item.version,
         "result": item.result,
         "reason": item.reason,
-        "detail": presenter.bulk_item_text(op.action, op.params, item),
+        "detail": bulk_item_text(op.action, op.params, item),
         "run": item.run_id,
         "done_at": iso(item.done_at),
     }

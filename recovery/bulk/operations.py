@@ -34,13 +34,15 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery import presenter, triage
 from recovery.actions import commands as recovery_actions
 from recovery.actions import controls
 from recovery.bulk.selectors import item_facts, operation
 from recovery.models import BulkItem, BulkOperation, BulkResult, BulkStatus, RecoveryAttempt
 from recovery.rules.bulk import ACTIONS, OUTCOMES, Params, ScopeHash, changes, seen, verdict
 from recovery.transitions import BULK, BULK_ITEMS
+from recovery.triage.board import matching_ids
+from recovery.triage.filters import BoardFilter, text_ok
+from recovery.words.bulk import bulk_changes
 from recovery.workspaces import validation as workspaces
 from recovery.workspaces.validation import WorkspaceHeld
 from tasks import services
@@ -96,7 +98,7 @@ def _params(action: str, raw) -> dict:
     if action in ("retry", "decide") and accept:
         out["accept_duplicate_risk"] = True
     note = raw.get("note", "")
-    if not isinstance(note, str) or not triage.text_ok(note):
+    if not isinstance(note, str) or not text_ok(note):
         raise Invalid("`note` must be text.", field="note")
     note = note.strip()
     limit = MAX_CONTINUE_NOTE if action == "continue" else MAX_NOTE
@@ -166,8 +168,8 @@ def bulk_preview(
         ids = _ids(ids)
         chunks, selection = _chunks_of_ids(user, org_id, ids), {"ids": len(ids)}
     else:
-        board = triage.BoardFilter.parse(filter, strict=True)
-        chunks, selection = triage.matching_ids(user, board, org_id=org_id, chunk=CHUNK), {"filter": board.params()}
+        board = BoardFilter.parse(filter, strict=True)
+        chunks, selection = matching_ids(user, board, org_id=org_id, chunk=CHUNK), {"filter": board.params()}
     now = timezone.now()
     op = BulkOperation.objects.create(
         org_id=org_id,
@@ -432,7 +434,7 @@ def _apply(op: BulkOperation, item: BulkItem, user) -> Outcome:
     v = verdict(op.action, params, facts)
     diff = changes(item.seen, seen(facts, v))
     if diff:
-        return Outcome(BulkResult.SKIPPED, "changed_since_preview", presenter.bulk_changes(diff))
+        return Outcome(BulkResult.SKIPPED, "changed_since_preview", bulk_changes(diff))
     if v.refusal:
         return Outcome(BulkResult.SKIPPED, v.refusal, v.detail)
     try:

@@ -12,10 +12,10 @@ from datetime import datetime
 from django.db.models import Count
 from django.utils import timezone
 
-from recovery import presenter
 from recovery.models import LIVE_ACTION_STATUSES, BulkItem, BulkOperation, BulkResult, RecoveryAction
 from recovery.rules.bulk import ActionFacts, ItemFacts
 from recovery.selectors import annotate_state, attach_current_runs
+from recovery.words.task import task_state
 from tasks.errors import Invalid, NotFound
 from tasks.holds import TaskFacts
 from tasks.models import LEASED_RUN_STATUSES, Task
@@ -102,7 +102,7 @@ def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemF
                 paused_ancestors=tuple(paused_ancestors),
                 open_dependencies=tuple(deps.get(task.pk, ())),
             ),
-            state=presenter.task_state(task, current, actions),
+            state=task_state(task, current, actions),
             owner=task.agent.name,
             run_id=current.pk if current else None,
             run_status=current.status if current else "",

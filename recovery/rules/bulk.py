@@ -42,7 +42,7 @@ class ActionFacts:
 @dataclass(frozen=True)
 class ItemFacts:
     task: TaskFacts
-    state: str  # the one vocabulary of task states (presenter.task_state)
+    state: str  # the one vocabulary of task states (recovery.words.task.task_state)
     owner: str  # the task's agent now
     run_id: int | None  # the latest run
     run_status: str

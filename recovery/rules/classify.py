@@ -7,8 +7,8 @@ not understand, is `corrupt` and nothing of it is replayed.
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from recovery.humanize import args_text
 from recovery.rules import batches
-from recovery.words import args_text
 from tasks.batches import FOREACH, item_args, item_position, parent_of, parse_batch
 
 REUSE = "reuse"

@@ -31,7 +31,7 @@ from recovery.workspaces.exports import exports_run
 from tasks.errors import GateClosed, NotEligible
 from tasks.models import Run, RunStatus, Task, effective_continuation
 from tasks.services import leases_expire
-from tasks.workers import instances_prune
+from tasks.worker_instances import instances_prune
 from tasks.workspace import Budget
 
 log = logging.getLogger("recovery.supervisor.loop")

@@ -24,8 +24,8 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from recovery.action_log import action_open
+from recovery.humanize import os_error_text
 from recovery.models import ActionKind, Export, HeldCopy
-from recovery.words import os_error_text
 from tasks import payloads
 from tasks.events import event_append
 from tasks.export_roots import destination_refusal

@@ -16,7 +16,7 @@ from django.test import override_settings
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from console.views import TABS
+from console.views.triage import TABS
 from recovery import notify
 from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import NOTICE_TYPES, HeldCopy, NotificationDestination, RecoveryBreaker

@@ -63,7 +63,7 @@ def sign_in(daphne_server):
 @pytest.fixture(autouse=True)
 def no_csp_violations(request):
     """Every browser test fails on any Content-Security-Policy violation the browser reports (an inline script,
-    handler or style, an eval): the policy (console/settings.py SECURE_CSP) must hold on every page drawn."""
+    handler or style, an eval): the policy (config/settings.py SECURE_CSP) must hold on every page drawn."""
     if not {"page", "context"} & set(request.fixturenames):
         yield
         return

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from recovery import presenter
 from recovery.bulk.operations import bulk_advance, bulk_batch, bulk_execute, bulk_preview
 from recovery.models import BulkOperation, RecoveryAction
+from recovery.words.runs import duration
 from tasks.accounts import member_add
 from tasks.models import Task
 from tests.factories import make_agent, make_member
@@ -111,7 +111,7 @@ def test_the_history_lists_each_operation_with_its_counts(login, org, agent, ope
     assert re.search(r"Tasks 2 Applied 2 Skipped 0 Failed 0", row)
     # How long it took, from its saved start and finish; nothing yet for one that has not run.
     op.refresh_from_db()
-    assert f"Took {presenter.duration(op.started_at, op.finished_at)}" in row and re.search(r"Took \d+(\.\d)? m?s", row)
+    assert f"Took {duration(op.started_at, op.finished_at)}" in row and re.search(r"Took \d+(\.\d)? m?s", row)
     pending_row = visible_text(outer_html(page, f"bulk-row-{pending.pk}"))
     assert "Preview" in pending_row and "Took —" in pending_row
     # A viewer reads everything and is offered nothing.

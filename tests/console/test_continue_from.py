@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from recovery.actions.continue_from import continue_from_preview, task_continue_from
-from recovery.presenter import continued_from_text, step_span
+from recovery.words.continue_from import continued_from_text, step_span
 from tasks.models import Event, Run, Step
 from tests.console.continue_scenarios import five_step_task
 from tests.console.scenarios import running_task

@@ -218,13 +218,13 @@ def test_model_replies_are_read_in_the_shapes_frameworks_save():
 
 
 def test_the_run_pages_push_draws_the_conversation_as_a_reload_does(api, runner, coder, operator):
-    from console import live
+    from console.live.updates import run_update
 
     prompt_task(api, PROMPT)
     agent = Agent.claims(runner)
     agent.turn(1, {"m": 1}, REASON)
     agent.cut_off(2, "file_write", {"path": "notes.md", "content": "x"})  # running: the page is live
-    pushed = live.run_update(agent.run, viewer=operator)
+    pushed = run_update(agent.run, viewer=operator)
     section = outer_html(pushed, f"conversation-{agent.run}")
     assert 'hx-swap-oob="true"' in section
     reloaded = outer_html(get(operator, f"/agents/coder/runs/{agent.run}/"), f"conversation-{agent.run}")

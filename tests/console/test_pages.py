@@ -11,7 +11,8 @@ from django.utils import timezone
 from recovery.actions.commands import action_decide, actions_settle
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
-from recovery.triage import BoardFilter, board_count
+from recovery.triage.board import board_count
+from recovery.triage.filters import BoardFilter
 from tasks.models import Run, Step, Task
 from tasks.services import run_finish, step_complete, step_dispatch, step_plan, task_create, task_pause
 from tests.console.board_scenarios import bulk_tasks, row_ids
@@ -185,7 +186,7 @@ def test_the_count_is_capped(login, org, agent, operator, monkeypatch):
     assert board_count(operator, BoardFilter(), cap=100) == 7
     client = login(operator)
     assert '<span class="count muted">7 tasks</span>' in client.get("/").text
-    monkeypatch.setattr("console.triage_views.COUNT_CAP", 5)
+    monkeypatch.setattr("console.views.triage.COUNT_CAP", 5)
     content = client.get("/").text
     assert '<span class="count muted">5+ tasks</span>' in content and "7 tasks" not in content
 

@@ -63,7 +63,7 @@ def test_a_viewer_posting_start_over_is_refused_in_the_header(org, agent, login,
 
 
 def test_a_start_over_of_a_batch_and_its_wording_is_pure():
-    from recovery.presenter import fresh_start_text
+    from recovery.words.runs import fresh_start_text
 
     assert fresh_start_text({"fresh_start": {"by": "ada", "after": 4}}) == (
         "Fresh start by ada after run #4: runs the task again from the beginning and reuses nothing."

@@ -102,16 +102,16 @@ def test_the_navigation_counts_what_waits_on_the_person(login, operator, viewer,
 def test_the_navigation_count_hides_another_persons_private_task_and_stops_at_99(
     login, org, agent, operator, admin_user, triage
 ):
-    from recovery import triage as triage_module
+    from recovery.triage.inbox import inbox_count
     from tests.console.board_scenarios import bulk_board
 
     oscar = make_member(org, "oscar", "operator")
     unknown_outcome_action(org, title="olive's own", private=True, creator=operator)
-    assert triage_module.inbox_count(operator) == 3  # olive sees her private task's decision
-    assert triage_module.inbox_count(oscar) == 2  # oscar does not: it is counted the way the board shows it
-    assert triage_module.inbox_count(admin_user) == 4
+    assert inbox_count(operator) == 3  # olive sees her private task's decision
+    assert inbox_count(oscar) == 2  # oscar does not: it is counted the way the board shows it
+    assert inbox_count(admin_user) == 4
     bulk_board(org, agent, 450)  # every third task has an open action waiting on operators
-    assert triage_module.inbox_count(operator) == 100  # read no further than 99 + 1
+    assert inbox_count(operator) == 100  # read no further than 99 + 1
     assert ">99+<" in login(operator).get("/workers/").text.replace('<span class="visually-hidden">', "<")
 
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from recovery.humanize import args_text, error_text, os_error_text, reason_text
 from recovery.models import RecoveryAction
-from recovery.words import args_text, error_text, os_error_text, reason_text
 from tests.console.board_scenarios import failed_task, interrupted_twice
 from tests.console.scenarios import unknown_outcome_action
 from tests.helpers import outer_html, visible_text

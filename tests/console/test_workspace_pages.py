@@ -2,7 +2,7 @@
 
 import pytest
 
-from console import live
+from console.live.updates import parts_for, run_update, task_update
 from recovery.supervisor.loop import supervise_once
 from tests.helpers import outer_html, visible_text
 from tests.recovery import engine as e
@@ -101,16 +101,16 @@ def test_the_run_page_hosts_repair_controls_only_for_the_refused_run_while_its_a
 def test_a_push_redraws_the_panel_the_card_and_the_run_page_section(diverged, admin_user):
     task, _, action = diverged
     refused = action.run
-    assert "workspace" in live.parts_for({"action_resolved"}) and "workspace" in live.parts_for({"step_completed"})
-    assert "workspace" not in live.parts_for({"step_dispatched"})
+    assert "workspace" in parts_for({"action_resolved"}) and "workspace" in parts_for({"step_completed"})
+    assert "workspace" not in parts_for({"step_dispatched"})
     from recovery.workspaces.repairs import action_repair
 
     action_repair(action_id=action.pk, user=admin_user, version=action.version, repair="reissue", run=refused.pk)
-    pushed = live.task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_resolved"})
+    pushed = task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_resolved"})
     panel = visible_text(outer_html(pushed, f"workspace-{task.pk}"))
     assert "Workspace hold" not in panel and "The workspace before an isolated reissue, kept as it was" in panel
     assert "Reissued by ada" in visible_text(outer_html(pushed, f"action-{action.pk}"))
-    run_push = live.run_update(refused.pk, viewer=admin_user)
+    run_push = run_update(refused.pk, viewer=admin_user)
     assert f'id="run-repair-{refused.pk}"' in run_push and "Confirm" not in run_push
 
 

@@ -8,8 +8,8 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from console.asgi import application
-from console.relay import relay
+from config.asgi import application
+from console.live.relay import relay
 
 ORIGIN = (b"origin", b"http://testserver")
 
@@ -17,7 +17,7 @@ ORIGIN = (b"origin", b"http://testserver")
 @pytest.fixture(autouse=True)
 def live_settings(settings, monkeypatch):
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    # AllowedHostsOriginValidator copied ALLOWED_HOSTS when console.asgi was imported:
+    # AllowedHostsOriginValidator copied ALLOWED_HOSTS when config.asgi was imported:
     # the override above does not reach it, so allow testserver on the real validator too.
     validator = application.application_mapping["websocket"]
     monkeypatch.setattr(validator, "allowed_origins", [*validator.allowed_origins, "testserver"])

@@ -12,9 +12,9 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.utils import timezone
 
-from console import live
-from console.asgi import application
-from console.relay import relay
+from config.asgi import application
+from console.live.access import check_access
+from console.live.relay import relay
 from recovery.supervisor.loop import supervise_once
 from tasks import events
 from tasks.accounts import member_remove
@@ -279,13 +279,14 @@ async def test_many_tabs_of_one_page_cost_one_access_check_per_interval_and_all_
     )
     tabs = [await subscribed(f"/ws/tasks/{task.pk}/", colleague) for _ in range(3)]
     checks = []
-    real = live.check_access
+    real = check_access
 
     def counted(user, page, obj_id):
         checks.append(time.monotonic())
         return real(user, page, obj_id)
 
-    monkeypatch.setattr(live, "check_access", counted)
+    monkeypatch.setattr("console.live.relay.check_access", counted)
+    monkeypatch.setattr("console.live.consumers.check_access", counted)
     try:
         await asyncio.sleep(0.5)  # two intervals of 0.2 s
         assert 1 <= len(checks) <= 3, checks  # one per interval, not one per tab

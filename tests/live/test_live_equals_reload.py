@@ -19,7 +19,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db.models import Max, Q
 
-from console import live
+from console.live.snapshots import changes_inbox
+from console.live.updates import task_update
 from recovery.actions.commands import action_cancel, action_decide, action_retry
 from recovery.actions.controls import task_close, task_continue, task_dependencies, task_reopen
 from recovery.actions.followups import message_save
@@ -216,7 +217,7 @@ class Open:
     def awaited(self) -> int:
         events = Event.objects.filter(task_id=self.task_id)
         if self.inbox:
-            events = [x for x in events.only("id", "kind") if live.changes_inbox(x.kind)]
+            events = [x for x in events.only("id", "kind") if changes_inbox(x.kind)]
             return max((x.pk for x in events), default=0)
         if self.run_id is not None:
             events = events.filter(Q(run_id=self.run_id) | Q(payload__continues=self.run_id))
@@ -494,7 +495,7 @@ def test_after_a_reconcile_that_holds_a_file_the_card_lists_what_still_differs_a
     action = validation_action(task)
     action_repair(action_id=action.pk, user=admin_user, version=action.version, repair="reconcile", run=action.run_id)
     # What a push carries after the repair (the relay's own call for its event) and what a reload draws.
-    pushed = live.task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_repaired"})
+    pushed = task_update(task.pk, viewer=admin_user, run_ids=set(), new_run_ids=set(), kinds={"action_repaired"})
     client = Client()
     client.force_login(admin_user)
     page = client.get(f"/tasks/{task.pk}/").content.decode()

@@ -10,8 +10,8 @@ from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
 
-from console.asgi import application
-from console.consumers import CLOSE_UNAUTHENTICATED
+from config.asgi import application
+from console.live.consumers import CLOSE_UNAUTHENTICATED
 from tasks.models import Event
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
@@ -206,7 +206,7 @@ async def test_a_socket_with_a_signed_out_session_is_refused_at_connect(operator
 
 
 def test_the_lockout_and_session_words_come_from_the_presenter():
-    from recovery import presenter
+    from recovery.words.signin import lockout_text
 
-    assert "15 minutes" in presenter.lockout_text(failures=5, cooloff_minutes=15)
-    assert presenter.lockout_text(failures=5, cooloff_minutes=None).startswith("Signing in is locked")
+    assert "15 minutes" in lockout_text(failures=5, cooloff_minutes=15)
+    assert lockout_text(failures=5, cooloff_minutes=None).startswith("Signing in is locked")

@@ -17,8 +17,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from console.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
-from console.relay import listen_params
+from console.live.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from console.live.relay import listen_params
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN, running_task, unknown_outcome_action
 from tests.factories import make_agent, make_member, make_org

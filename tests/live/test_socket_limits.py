@@ -5,7 +5,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from console.consumers import CLOSE_THROTTLED, RESYNC_BURST, ResyncBudget, cursor_value
+from console.live.consumers import CLOSE_THROTTLED, RESYNC_BURST, ResyncBudget, cursor_value
 from tasks.services import task_create
 from tests.console.scenarios import SAFE_PLAN
 from tests.live.sockets import (

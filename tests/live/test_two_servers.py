@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from console.relay import NOTIFY_CHANNEL, listen_params
+from console.live.relay import NOTIFY_CHANNEL, listen_params
 from recovery.models import RecoveryAction
 from tasks.models import Run
 from tasks.services import task_create

@@ -72,7 +72,7 @@ def test_the_suite_runs_on_postgresql_where_no_state_directory_exists_yet(tmp_pa
 def test_migrate_creates_the_embedded_database_in_a_missing_directory(tmp_path):
     var_dir = tmp_path / "var"
     env = _fresh_env(var_dir)
-    env.update({"DJANGO_SETTINGS_MODULE": "console.settings", "DEBUG": "1"})
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"})
     env.pop("SECRET_KEY", None)
     result = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],

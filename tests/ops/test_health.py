@@ -7,7 +7,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from console.relay import relay
+from console.live.relay import relay
 from recovery.supervisor.loop import supervise_once
 from tests.processes import Server, free_port, wait_for
 

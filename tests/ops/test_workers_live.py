@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from console.ops_live import WorkersConsumer
+from console.live.ops import WorkersConsumer
 from recovery.models import SupervisorProcess
 from recovery.supervisor.loop import supervise_once
 from tasks import services

@@ -518,7 +518,7 @@ def test_a_repair_task_returns_the_action_to_its_return_owner_when_done(diverged
     action.refresh_from_db()
     assert action.recovery_owner == "user:ada" and action.status == "open"
     from recovery.api.shapes import action_view_of
-    from recovery.presenter import plain
+    from recovery.words.lines import plain
 
     view = action_view_of(action, user=admin_user)
     assert "is done: this action is back with ada" in plain(view.repair_task)

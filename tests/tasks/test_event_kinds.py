@@ -3,7 +3,7 @@
 import pytest
 from django.db import transaction
 
-from console import live, relay
+from console.live import relay, snapshots, updates
 from tasks.event_kinds import KINDS
 from tasks.events import event_append
 from tasks.models import Event
@@ -19,7 +19,7 @@ def test_an_unregistered_kind_is_refused_and_nothing_is_written(org):
 def test_the_live_pages_group_only_registered_kinds():
     groups = {
         name: set(value)
-        for module in (live, relay)
+        for module in (snapshots, updates, relay)
         for name, value in vars(module).items()
         if name.endswith("_EVENTS") and isinstance(value, frozenset | tuple | set)
     }

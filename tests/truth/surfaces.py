@@ -1,7 +1,7 @@
 """Every place a phrase about a task can appear, as the words a person sees there.
 
 A task page, each run page, its board row, its inbox row and the cards a live
-push carries (rendered by `console.live.task_update`, the relay's own call).
+push carries (rendered by `console.live.updates.task_update`, the relay's own call).
 """
 
 import re
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from django.test import Client
 
-from console import live
+from console.live.updates import task_update
 from tasks.models import Event, Run, Task
 from tests.helpers import outer_html, visible_text
 
@@ -70,7 +70,7 @@ def read(user, task_id: int) -> Surfaces:
     inbox_text = " ".join(visible_text(r) for r in inbox_rows if f"/tasks/{task_id}/" in r)
     kinds = set(Event.objects.filter(task_id=task_id).values_list("kind", flat=True))
     run_ids = set(Run.objects.filter(task_id=task_id).values_list("pk", flat=True))
-    pushed = live.task_update(task_id, viewer=user, run_ids=run_ids, new_run_ids=set(), kinds=kinds)
+    pushed = task_update(task_id, viewer=user, run_ids=run_ids, new_run_ids=set(), kinds=kinds)
     cards = {}
     for dom_id in re.findall(r'<(?:article|section) id="((?:action|run|task)-\d+)"', page):
         cards[dom_id] = _part(page, dom_id)

@@ -8,7 +8,7 @@ from recovery.actions.controls import task_close, task_dependencies
 from recovery.models import RecoveryAction
 from recovery.selectors import task_queryset
 from recovery.supervisor.loop import supervise_once
-from recovery.triage import STATES
+from recovery.triage.filters import STATES
 from tasks.models import Run
 from tasks.services import run_request_stop, task_pause
 from tests.factories import make_agent
