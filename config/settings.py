@@ -333,6 +333,9 @@ SPECTACULAR_SETTINGS = {
         "RecoveryModeEnum": "tasks.models.RecoveryMode",
         "BulkStatusEnum": "recovery.models.BulkStatus",
         "RelayStatusEnum": "console.ops_api.RELAY_STATUSES",
+        "NoticeTypeEnum": "recovery.models.NOTICE_TYPES",
+        "DestinationKindEnum": ["webhook", "apprise"],
+        "RunKindEnum": ["plan", "agent"],
     },
 }
 

@@ -9,7 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from recovery import notify
-from recovery.models import NOTICE_TYPES
+from recovery.models import NOTICE_TYPES, DestinationKind
 from tasks.api import BaseAPIView, int_param, paginate
 from tasks.auth import IsPerson
 from tasks.authz import require_role
@@ -32,7 +32,7 @@ def _org(request) -> int:
 
 class DestinationOut(serializers.Serializer):
     id = serializers.IntegerField()
-    kind = serializers.ChoiceField(choices=["webhook", "apprise"])
+    kind = serializers.ChoiceField(choices=DestinationKind.values)
     url = serializers.CharField(help_text="redacted: a webhook's scheme and host, an Apprise URL's service")
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(NOTICE_TYPES)))
     enabled = serializers.BooleanField()
@@ -53,7 +53,7 @@ class DestinationPageOut(serializers.Serializer):
 
 
 class DestinationIn(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["webhook", "apprise"])
+    kind = serializers.ChoiceField(choices=DestinationKind.values)
     url = serializers.CharField(max_length=2000)
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(NOTICE_TYPES)))
     org = serializers.SlugField(required=False)

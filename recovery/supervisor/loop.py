@@ -102,11 +102,13 @@ def _recover_run(run: Run) -> tuple[str, int] | None:
         if continued or RecoveryAction.objects.filter(run=run).exists():
             return None
         diagnosis = diagnose(run)
-        if run.status == RunStatus.INTERRUPTED:
-            # Recovery opens for a run cut off: counted by its failure signature (a verified stop is no failure).
-            breakers.failure_record(run, diagnosis)
         profile = getattr(run.task.agent, "profile", None)
         auto = profile.auto_resume if profile else True
+        if diagnosis.disposition == c.AUTO_RESUMABLE and auto and run.status == RunStatus.INTERRUPTED:
+            # Automatic recovery opens for a run cut off: counted by its failure signature, which is what the
+            # breaker stops. A verified stop is no failure, and a run that waits on a person (a decision, an
+            # agent with auto-resume off) is no automatic recovery: a storm of those fills the inbox, not a loop.
+            breakers.failure_record(run, diagnosis)
         if diagnosis.disposition == c.AUTO_RESUMABLE and (auto or run.status == RunStatus.STOPPED):
             admitted, in_force = breakers.automatic_admission(run)
             if admitted == "hold":
