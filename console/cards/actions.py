@@ -153,14 +153,17 @@ def run_repair_action(run: Run) -> RecoveryAction | None:
     )
 
 
-def render_run_repair(run: Run, *, user, request=None, oob: bool = False) -> str:
-    """The repair controls on a run page, or an empty placeholder where they do not apply (so a push removes them)."""
-
+def run_repair_context(run: Run, *, user, request=None) -> dict:
     live = run_repair_action(run)
     card = ""
     if live is not None:
         action = action_detail(user, live.pk)
         if action is not None:
             card = render_action_card(action, user=user, request=request)
-    ctx = {"run": run, "card": card, "oob": oob}
+    return {"run": run, "card": card}
+
+
+def render_run_repair(run: Run, *, user, request=None, oob: bool = False) -> str:
+    """The repair controls on a run page, or an empty placeholder where they do not apply (so a push removes them)."""
+    ctx = {**run_repair_context(run, user=user, request=request), "oob": oob}
     return render_to_string("console/cards/workspace.html#run_repair", ctx, request=request)

@@ -114,10 +114,14 @@ def render_run_card(
 ) -> str:
     """`conversation`: the card heads an agent run's own page, whose conversation shows the prompt, the steps
     and the output (the card then leaves them to it)."""
-    ctx = run_context(run, task_runs, user)
+    ctx = run_card_context(run_context(run, task_runs, user), conversation=conversation)
     ctx["oob"] = oob
-    ctx["in_conversation"] = conversation and ctx["agent_run"]
     return render_to_string("console/cards/run.html#card", ctx, request=request)
+
+
+def run_card_context(ctx: dict, *, conversation: bool = False) -> dict:
+    """A run card's context from `run_context`; `conversation` as in `render_run_card`."""
+    return {**ctx, "in_conversation": conversation and ctx["agent_run"]}
 
 
 def run_page_context(run: Run, ctx: dict, task_runs: dict[int, Run] | None = None) -> dict:
@@ -211,13 +215,16 @@ def task_runs_of(task_id: int) -> dict[int, Run]:
     return by_id
 
 
-def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
-    ctx = {
-        "oob": oob,
+def chain_context(task: Task, task_runs: dict[int, Run], *, user, request=None) -> dict:
+    return {
         "task": task,
         "run_cards": [render_run_card(r, task_runs, user=user, request=request) for r in task_runs.values()],
         "chain_recovery": chain_recovery(task_runs),
     }
+
+
+def render_chain(task: Task, task_runs: dict[int, Run], *, user, request=None, oob: bool = False) -> str:
+    ctx = {"oob": oob, **chain_context(task, task_runs, user=user, request=request)}
     return render_to_string("console/cards/sections.html#chain", ctx, request=request)
 
 

@@ -1,11 +1,11 @@
 """A task's cards: its header, its board row, its follow-ups and composer, its workspace panel, and every
-part of its page at once (`task_page_parts`, used by the page and by a live resync)."""
+part of its page at once (`task_page_parts`, the contexts the task page renders its fragments from)."""
 
 from django.template.loader import render_to_string
 
-from console.cards.actions import render_actions
+from console.cards.actions import recovery_context
 from console.cards.continue_from import continue_from_offer
-from console.cards.runs import render_chain, task_runs_of
+from console.cards.runs import chain_context, task_runs_of
 from console.cards.start_over import start_over_context
 from recovery import notify
 from recovery.actions import followups
@@ -114,7 +114,7 @@ def render_task_row(task: Task, *, user, request=None, oob: bool = False, select
     return render_to_string("console/cards/task_row.html#row", ctx, request=request)
 
 
-def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str:
+def messages_context(task: Task, user) -> dict:
     messages = task.message_list
     # One reason for all of a task's waiting follow-ups, read from the facts now (never a stale saved string).
     wait = followups.waiting_reason(task) if any(m.status == "waiting" for m in messages) else ""
@@ -123,39 +123,52 @@ def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str
     for m in messages:
         badge, line = followup_line(m, wait_text=wait, closed=closed)
         items.append({"m": m, "badge": badge, "line": line})
-    ctx = {"task": task, "items": items, "can_operate": can_operate(user, task.org_id), "oob": oob}
+    return {"task": task, "items": items, "can_operate": can_operate(user, task.org_id)}
+
+
+def render_messages(task: Task, *, user, request=None, oob: bool = False) -> str:
+    ctx = {**messages_context(task, user), "oob": oob}
     return render_to_string("console/cards/sections.html#messages", ctx, request=request)
 
 
-def render_composer(task: Task, *, user, request=None, message: str = "", body: str = "", oob: bool = False) -> str:
-    ctx = {
-        "oob": oob,
+def composer_context(task: Task, user, *, message: str = "", body: str = "") -> dict:
+    return {
         "task": task,
         "can_operate": can_operate(user, task.org_id),
         "closed": task.status in ("done", "cancelled"),
         "message": message,
         "body": body,
     }
+
+
+def render_composer(task: Task, *, user, request=None, message: str = "", body: str = "", oob: bool = False) -> str:
+    ctx = {"oob": oob, **composer_context(task, user, message=message, body=body)}
     return render_to_string("console/cards/sections.html#composer", ctx, request=request)
 
 
-def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
+def workspace_context(task: Task) -> dict:
     """The task page's workspace panel: every file with its status now, the hold, held copies, the last export."""
+    return {"task": task, "view": workspace_view(workspace_state(task))}
 
-    ctx = {"task": task, "view": workspace_view(workspace_state(task)), "oob": oob}
+
+def render_workspace(task: Task, *, user, request=None, oob: bool = False) -> str:
+    ctx = {**workspace_context(task), "oob": oob}
     return render_to_string("console/cards/workspace.html#panel", ctx, request=request)
 
 
 def task_page_parts(task_id: int, *, user, request=None) -> dict:
-    """Every card of the task page, from saved state: used by the page and by a live resync."""
+    """Every card of the task page as the context of its fragment, from saved state: the page renders each
+    fragment from its context (`{% fragment %}`), as a live push renders it through its `render_*` function."""
     task = task_detail(user, task_id)
     task_runs = task_runs_of(task.pk)
     return {
         "task": task,
-        "header_html": render_task_header(task, user=user, request=request, task_runs=task_runs),
-        "actions_html": render_actions(task, user=user, request=request, task_runs=task_runs),
-        "messages_html": render_messages(task, user=user, request=request),
-        "composer_html": render_composer(task, user=user, request=request),
-        "chain_html": render_chain(task, task_runs, user=user, request=request),
-        "workspace_html": render_workspace(task, user=user, request=request),
+        "cards": {
+            "header": task_header_context(task, user, task_runs=task_runs),
+            "actions": recovery_context(task, user=user, request=request, task_runs=task_runs),
+            "messages": messages_context(task, user),
+            "composer": composer_context(task, user),
+            "chain": chain_context(task, task_runs, user=user, request=request),
+            "workspace": workspace_context(task),
+        },
     }

@@ -3,6 +3,7 @@ from datetime import UTC
 
 from django import template
 from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -11,6 +12,13 @@ from recovery.words.runs import fresh_start_text
 from tasks.batches import item_position
 
 register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def fragment(context, name: str, card: dict):
+    """A card's fragment on its page: `{% fragment "console/cards/task.html#header" cards.header %}` renders that
+    partial with exactly that context and the page's request, as a live push renders it (`render_to_string`)."""
+    return render_to_string(name, card, request=getattr(context, "request", None))
 
 
 @register.filter

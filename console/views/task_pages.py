@@ -7,8 +7,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from console.cards.actions import render_action_card, render_run_repair
-from console.cards.runs import render_conversation, render_run_card, run_context, run_page_context, task_runs_of
+from console.cards.actions import render_action_card, run_repair_context
+from console.cards.runs import conversation_context, run_card_context, run_context, run_page_context, task_runs_of
 from console.cards.task import render_composer, render_messages, render_task_header, task_page_parts
 from console.views.refusals import refused, render_page
 from recovery.actions import commands as recovery_actions
@@ -70,9 +70,13 @@ def run_view(request, agent: str, run_id: int):
         "console/run.html",
         {
             "run": run,
-            "run_html": render_run_card(run, task_runs, user=request.user, request=request, conversation=True),
-            "conversation_html": render_conversation(run, task_runs, request=request),
-            "repair_html": render_run_repair(run, user=request.user, request=request),
+            # Each card's fragment context: the page renders them ({% fragment %}) as a push does (render_*).
+            "cards": {
+                "run": run_card_context(ctx, conversation=True),
+                # An agent run's conversation; a scripted run's page lists its steps on its card.
+                "conversation": conversation_context(run, task_runs) if run.kind == "agent" else None,
+                "repair": run_repair_context(run, user=request.user, request=request),
+            },
             **run_page_context(run, ctx, task_runs),
             "nav": "board",
             "ws_path": f"/ws/runs/{run.pk}/?after={cursor}",
