@@ -363,22 +363,14 @@ def continuation_create(
         parents = {s.seq: s for s in Step.objects.filter(run=run, seq__in=carried_seqs)}
         Step.objects.bulk_create(
             [
-                Step(
-                    run=run,
-                    seq=s.seq,
-                    parent=parents.get(s.parent_seq),
-                    parent_seq=s.parent_seq,
-                    tool=s.tool,
-                    args=s.args,
-                    recovery_mode=s.recovery_mode,
+                step_copy(
+                    s,
+                    run,
+                    now,
                     phase=phase,
                     result=result,
                     error=s.error if phase == "failed" else "",
-                    usage=0,
-                    reused_from=s.reused_from or s,
-                    planned_at=s.planned_at,
-                    dispatched_at=s.dispatched_at or now,
-                    completed_at=s.completed_at or now,
+                    parent=parents.get(s.parent_seq),
                 )
                 for s, result, phase in nested
             ]
@@ -418,11 +410,14 @@ def continuation_create(
     return run
 
 
-def step_copy(step: Step, run: Run, now, *, phase: str, result, error: str = "") -> Step:
-    """A top-level step carried into `run`: it points at the step that ran, and costs nothing again."""
+def step_copy(step: Step, run: Run, now, *, phase: str, result, error: str = "", parent: Step | None = None) -> Step:
+    """A step carried into `run` (a nested one under its carried `parent`): it points at the step that ran, and
+    costs nothing again."""
     return Step(
         run=run,
         seq=step.seq,
+        parent=parent,
+        parent_seq=step.parent_seq,
         tool=step.tool,
         args=step.args,
         recovery_mode=step.recovery_mode,

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery.actions.continuations import step_copy
+from recovery.actions.controls import reopen_move
 from recovery.actions.start_over import GROUP_TOOLS, live_action_ids, refuse_while_held, retire_actions
 from recovery.selectors import step_modes_now
 from tasks.authz import require_role
@@ -27,7 +28,6 @@ from tasks.events import event_append
 from tasks.models import RecoveryMode, Role, Run, Step, Task, TaskStatus
 from tasks.selectors import visible_tasks
 from tasks.services import actor_label, run_enqueue
-from tasks.transitions import TASKS, NewEvent
 
 REASON_MAX = 500
 
@@ -143,7 +143,7 @@ def task_continue_from(*, task_id: int, user, seq: int, accept_duplicate_risk: b
     # anything else.
     task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
     if task.status == TaskStatus.DONE:
-        task = _reopen_done(task, user=user, seq=seq)
+        task = reopen_move(task, actor=user, reason=f"continued from step {seq}", continued_from=seq)
     refuse_while_held(task, what="continue from a step")
     source = _latest(task_id)
     preview, steps = _preview(source, seq)
@@ -206,29 +206,6 @@ def task_continue_from(*, task_id: int, user, seq: int, accept_duplicate_risk: b
     return run
 
 
-def _reopen_done(task: Task, *, user, seq: int) -> Task:
-    """A done task becomes open again for the run that continues it (the caller's transaction and lock)."""
-    TASKS.move(
-        task.pk,
-        TaskStatus.TODO,
-        expect=TaskStatus.DONE,
-        closed_by="",
-        closed_at=None,
-        close_reason="",
-        updated_at=timezone.now(),
-        event=NewEvent(
-            "task_reopened",
-            user,
-            task.org_id,
-            task.pk,
-            None,
-            {"was": TaskStatus.DONE, "reason": f"continued from step {seq}", "continued_from": seq},
-        ),
-    )
-    task.refresh_from_db()
-    return task
-
-
 def _copy_nested(steps: list[Step], run: Run, parents: set[int], now) -> None:
     """The nested steps (batch items, subagent calls) of the carried steps keep their saved work."""
     nested = [s for s in steps if s.parent_seq in parents and s.phase in ("completed", "failed")]
@@ -237,23 +214,7 @@ def _copy_nested(steps: list[Step], run: Run, parents: set[int], now) -> None:
     copied = {s.seq: s for s in Step.objects.filter(run=run, seq__in=parents)}
     Step.objects.bulk_create(
         [
-            Step(
-                run=run,
-                seq=s.seq,
-                parent=copied.get(s.parent_seq),
-                parent_seq=s.parent_seq,
-                tool=s.tool,
-                args=s.args,
-                recovery_mode=s.recovery_mode,
-                phase=s.phase,
-                result=s.result,
-                error=s.error,
-                usage=0,
-                reused_from=s.reused_from or s,
-                planned_at=s.planned_at,
-                dispatched_at=s.dispatched_at or now,
-                completed_at=s.completed_at or now,
-            )
+            step_copy(s, run, now, phase=s.phase, result=s.result, error=s.error, parent=copied.get(s.parent_seq))
             for s in nested
         ]
     )

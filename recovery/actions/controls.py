@@ -353,6 +353,12 @@ def task_reopen(*, user, task_id: int, reason: str) -> Task:
     reason = _reason(reason, required=True)
     if task.status not in CLOSED:
         raise NotEligible(f"Task #{task.pk} is {task.status}, not closed.", reason="not_closed")
+    return reopen_move(task, actor=user, reason=reason)
+
+
+def reopen_move(task: Task, *, actor, reason: str, **more) -> Task:
+    """A closed task back to todo, its close forgotten, with its `task_reopened` event (the caller's transaction,
+    the task locked); `more` joins the event's payload."""
     TASKS.move(
         task.pk,
         TaskStatus.TODO,
@@ -361,7 +367,9 @@ def task_reopen(*, user, task_id: int, reason: str) -> Task:
         closed_at=None,
         close_reason="",
         updated_at=timezone.now(),
-        event=NewEvent("task_reopened", user, task.org_id, task.pk, None, {"was": task.status, "reason": reason}),
+        event=NewEvent(
+            "task_reopened", actor, task.org_id, task.pk, None, {"was": task.status, "reason": reason, **more}
+        ),
     )
     task.refresh_from_db()
     return task
