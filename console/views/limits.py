@@ -3,27 +3,15 @@ decision deadline; blank keeps the deployment's default."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from console.views.settings_pages import settings_admin
 from recovery import limits
 from recovery.words.limits import LIMIT_FIELDS, limit_default_text, limits_saved_text
-from tasks.authz import can_admin
 from tasks.errors import Invalid
-from tasks.selectors import primary_membership
 
 WHAT = "Recovery limits"
-
-
-def _admin(request):
-    """The membership whose limits the person sets; PermissionDenied (the styled refusal) otherwise."""
-    membership = primary_membership(request.user)
-    if membership is None:
-        raise PermissionDenied(f"{WHAT} belong to an organization, and you are not a member of one.")
-    if not can_admin(request.user, membership.org_id):
-        raise PermissionDenied(f"{WHAT} need the admin role; you are {membership.role} in {membership.org.name}.")
-    return membership
 
 
 @login_required
@@ -31,7 +19,7 @@ def _admin(request):
 def settings_recovery(request):
     """GET: the organization's limits. POST: save them (blank = the default); a value out of bounds is shown with
     what was typed, nothing saved."""
-    membership = _admin(request)
+    membership = settings_admin(request, WHAT)
     org = membership.org
     typed = {f: "" if getattr(org, f) is None else str(getattr(org, f)) for f in limits.FIELDS}
     error, error_field, status = "", "", 200

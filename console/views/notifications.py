@@ -2,11 +2,11 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.views.settings_pages import settings_admin
 from recovery import notify
 from recovery.models import NOTICE_TYPES
 from recovery.words.notifications import (
@@ -17,21 +17,9 @@ from recovery.words.notifications import (
     destination_state,
     overdue_text,
 )
-from tasks.authz import can_admin
 from tasks.errors import Invalid, NotFound
-from tasks.selectors import primary_membership
 
 WHAT = "Notification settings"
-
-
-def _admin(request):
-    """The membership whose notifications the person sets; PermissionDenied (the styled refusal) otherwise."""
-    membership = primary_membership(request.user)
-    if membership is None:
-        raise PermissionDenied(f"{WHAT} belong to an organization, and you are not a member of one.")
-    if not can_admin(request.user, membership.org_id):
-        raise PermissionDenied(f"{WHAT} need the admin role; you are {membership.role} in {membership.org.name}.")
-    return membership
 
 
 def _destination_rows(org_id: int) -> list[dict]:
@@ -66,7 +54,7 @@ def _delivery_rows(org_id: int) -> list[dict]:
 @require_http_methods(["GET", "HEAD", "POST"])
 def settings_notifications(request):
     """GET: the page. POST: add a destination; the answer shows its signing secret, once."""
-    membership = _admin(request)
+    membership = settings_admin(request, WHAT)
     context = {"form": {"kind": "webhook", "url": "", "events": list(NOTICE_TYPES)}, "error": "", "secret": ""}
     status = 200
     if request.method == "POST":
@@ -103,7 +91,7 @@ def settings_notifications(request):
 @login_required
 @require_POST
 def settings_notifications_enable(request, destination_id: int):
-    membership = _admin(request)
+    membership = settings_admin(request, WHAT)
     try:
         notify.destination_enable(actor=request.user, org_id=membership.org_id, destination_id=destination_id)
     except NotFound:
@@ -115,7 +103,7 @@ def settings_notifications_enable(request, destination_id: int):
 @login_required
 @require_POST
 def settings_notifications_remove(request, destination_id: int):
-    membership = _admin(request)
+    membership = settings_admin(request, WHAT)
     try:
         notify.destination_remove(actor=request.user, org_id=membership.org_id, destination_id=destination_id)
     except NotFound:

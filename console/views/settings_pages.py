@@ -22,7 +22,7 @@ from tasks.models import Agent
 from tasks.selectors import primary_membership
 
 
-def _settings_admin(request, what: str = "Tool settings"):
+def settings_admin(request, what: str = "Tool settings"):
     """The membership whose settings the person edits; PermissionDenied (the styled refusal) otherwise."""
     membership = primary_membership(request.user)
     if membership is None:
@@ -36,7 +36,7 @@ def _settings_admin(request, what: str = "Tool settings"):
 @require_safe
 def settings_signin(request):
     """The organization's members whose sign-in is locked after wrong passwords, each with Unlock (admin)."""
-    membership = _settings_admin(request, "Sign-in locks")
+    membership = settings_admin(request, "Sign-in locks")
     notes = [str(m) for m in messages.get_messages(request)]
     return render_page(
         request,
@@ -55,7 +55,7 @@ def settings_signin(request):
 @login_required
 @require_POST
 def settings_signin_unlock(request):
-    membership = _settings_admin(request, "Sign-in locks")
+    membership = settings_admin(request, "Sign-in locks")
     username = request.POST.get("username", "")
     try:
         locked = accounts.signin_unlock(actor=request.user, org_id=membership.org_id, username=username)
@@ -72,7 +72,7 @@ def settings_signin_unlock(request):
 @require_http_methods(["GET", "HEAD", "POST"])
 def settings_exports(request):
     """The organization's export roots (admin): where its tasks may export, with Add and Remove."""
-    membership = _settings_admin(request, "Export roots")
+    membership = settings_admin(request, "Export roots")
     context = {"form_path": "", "form_reason": "", "error": ""}
     status = 200
     if request.method == "POST":
@@ -104,7 +104,7 @@ def settings_exports(request):
 @login_required
 @require_POST
 def settings_exports_remove(request, root_id: int):
-    membership = _settings_admin(request, "Export roots")
+    membership = settings_admin(request, "Export roots")
     try:
         path = export_roots.export_root_remove(actor=request.user, org_id=membership.org_id, root_id=root_id)
     except NotFound:
@@ -135,7 +135,7 @@ def _settings_page(request, membership, *, focus: str = "", section=None, status
 @login_required
 @require_safe
 def settings_tools(request):
-    membership = _settings_admin(request)
+    membership = settings_admin(request)
     focus = request.GET.get("agent", "")
     notes = " ".join(str(m) for m in messages.get_messages(request))
     section = None
@@ -159,7 +159,7 @@ def _agent_section(request, membership, agent, *, form=None, saved_text="", erro
 @login_required
 def settings_agent(request, agent: str):
     """GET: the agent's section as saved (htmx "discard changes"). POST: save what its form changed."""
-    membership = _settings_admin(request)
+    membership = settings_admin(request)
     target = Agent.objects.filter(org_id=membership.org_id, name=agent).select_related("profile").first()
     if target is None:
         raise Http404("No such agent.")
