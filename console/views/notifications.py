@@ -13,9 +13,9 @@ from recovery.words.notifications import (
     DELIVERY_STATUSES,
     DESTINATION_KINDS,
     NOTICE_NAMES,
+    deadline_rule_text,
     delivery_try_text,
     destination_state,
-    overdue_text,
 )
 from tasks.errors import Invalid, NotFound
 
@@ -82,7 +82,7 @@ def settings_notifications(request):
             "kinds": list(DESTINATION_KINDS.items()),
             "destinations": _destination_rows(membership.org_id),
             "deliveries": _delivery_rows(membership.org_id),
-            "deadline_text": overdue_text(notify.deadline_seconds(membership.org)),
+            "deadline_text": deadline_rule_text(notify.deadline_seconds(membership.org)),
         },
         status=status,
     )

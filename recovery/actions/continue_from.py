@@ -85,7 +85,10 @@ def _preview(run: Run, seq: int) -> tuple[Preview, list[Step]]:
     last = top[-1].seq
     if not 1 <= seq <= last:
         raise Invalid(
-            f"Step {seq} is not a saved step of run #{run.pk}: continue from step 1 to {last}.", field="seq", last=last
+            f"Step {seq} is not a saved step of run #{run.pk}: "
+            + ("its only saved step is step 1." if last == 1 else f"continue from a step from 1 to {last}."),
+            field="seq",
+            last=last,
         )
     for s in top:
         if s.seq < seq and (s.phase != "completed" or s.result is None):

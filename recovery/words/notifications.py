@@ -61,3 +61,11 @@ def delivery_try_text(attempt: dict) -> str:
     if attempt.get("error"):
         return f"HTTP {status}: {attempt['error']}" if status else attempt["error"]
     return f"HTTP {status}" if status else "Sent"
+
+
+def deadline_rule_text(deadline_seconds: int) -> str:
+    """The settings page's line on the organization's decision deadline (it decides nothing)."""
+    return (
+        f"A decision waiting longer than {seconds_text(deadline_seconds)} is marked overdue and noticed once; "
+        "it still waits for a person (Recovery limits sets the deadline)."
+    )
