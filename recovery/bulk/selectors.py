@@ -13,8 +13,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from recovery.models import LIVE_ACTION_STATUSES, BulkItem, BulkOperation, BulkResult, RecoveryAction
+from recovery.rules.breaker import BreakerFacts
 from recovery.rules.bulk import ActionFacts, ItemFacts
-from recovery.selectors import annotate_state, attach_current_runs
+from recovery.selectors import annotate_state, attach_current_runs, breaker_facts, breakers_in_force
 from recovery.words.task import task_state
 from tasks.errors import Invalid, NotFound
 from tasks.holds import TaskFacts
@@ -24,20 +25,26 @@ from tasks.selectors import memberships_of, visible_tasks
 ANCESTOR_DEPTH = 32
 
 
-def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemFacts]]:
+def item_facts(task_ids: list[int], *, user=None, breakers: bool = True) -> dict[int, tuple[Task, ItemFacts]]:
     """The facts `rules.bulk.verdict` decides on, for up to a few hundred tasks in a fixed number of queries.
 
     Tasks with state, their live actions (with their source runs' leases), the latest runs, open
     dependencies, and the ancestors of those that have a parent (one query per level of nesting). Actions
     are read as plain rows, not prefetched instances, so nothing here forms a reference cycle: a chunk's
     memory is freed as soon as the chunk is done, whatever the size of the scope. With `user`, only the
-    tasks that person may see are read (the others are simply absent).
+    tasks that person may see are read (the others are simply absent). `breakers=False` skips the breakers in
+    force (an item applied now: the service it calls refuses `breaker_open` itself, read in its transaction).
     """
     if not task_ids:
         return {}
     base = visible_tasks(user) if user is not None else Task.objects.all()
     tasks = list(annotate_state(base.filter(pk__in=task_ids)).select_related("agent"))
     attach_current_runs(tasks)
+    # The breakers in force on these tasks' agents (a query per organization): their continuations are refused.
+    in_force: dict[int, BreakerFacts] = {}
+    for org_id in {t.org_id for t in tasks} if breakers else ():
+        for b in breakers_in_force(org_id, {t.agent_id for t in tasks if t.org_id == org_id}):
+            in_force.setdefault(b.agent_id, breaker_facts(b, b.agent.name))
     now = timezone.now()
     live: dict[int, list[ActionFacts]] = {}
     for row in (
@@ -107,6 +114,7 @@ def item_facts(task_ids: list[int], *, user=None) -> dict[int, tuple[Task, ItemF
             run_id=current.pk if current else None,
             run_status=current.status if current else "",
             actions=actions,
+            breaker=in_force.get(task.agent_id),
         )
         out[task.pk] = (task, facts)
     return out

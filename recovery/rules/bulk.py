@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from recovery.rules import classify as c
+from recovery.rules.breaker import BreakerFacts
 from recovery.rules.classify import WORKSPACE_KINDS
 from recovery.rules.gates import BOUNDS, AdmissionFacts, first_closed_gate
 from tasks.holds import Hold, TaskFacts, task_hold
@@ -47,6 +48,7 @@ class ItemFacts:
     run_id: int | None  # the latest run
     run_status: str
     actions: tuple[ActionFacts, ...] = ()  # live actions, newest first
+    breaker: BreakerFacts | None = None  # a recovery breaker in force on the task's agent: it holds continuations
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ def _admission_gate(facts: ItemFacts, action: ActionFacts) -> Hold | None:
             max_attempts=action.max_attempts,
             workspace_action=workspace.id if workspace else None,
             workspace_kind=workspace.kind if workspace else "",
+            breaker=facts.breaker,
         )
     )
 
@@ -130,6 +133,12 @@ def _continue(facts: ItemFacts) -> Verdict:
         return Verdict(refusal="nothing_to_continue")
     if facts.run_status in LIVE_RUN:
         return Verdict(refusal="run_live")
+    if facts.breaker is not None:
+        b = facts.breaker
+        return Verdict(
+            refusal="breaker_open",
+            detail=f"Recovery breaker #{b.breaker_id} paused recovery of {b.agent}'s tasks; an admin closes it.",
+        )
     return _gate(task_hold(facts.task)) or Verdict()
 
 

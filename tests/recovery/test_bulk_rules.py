@@ -1,7 +1,10 @@
 """The pure bulk rules: what an action would do to one task, what changed since a preview, the scope's hash."""
 
+from dataclasses import replace
+
 import pytest
 
+from recovery.rules.breaker import BreakerFacts
 from recovery.rules.bulk import ActionFacts, ItemFacts, Params, ScopeHash, changes, seen, verdict
 from tasks.holds import TaskFacts
 
@@ -130,3 +133,14 @@ def test_the_scope_hash_binds_the_action_its_parameters_and_every_item_in_order(
     assert digest() != digest(params={"note": "x"})
     assert digest() != digest(items=((2, None), (1, None)))
     assert digest() != digest(items=((1, None), (2, 1)))
+
+
+def test_a_breaker_in_force_on_the_agent_is_predicted_as_the_refusal_of_a_continuation():
+    breaker = BreakerFacts(
+        breaker_id=4, agent="builder", signature="http_post / lease_lapsed", tasks=11, span_seconds=60, state="open"
+    )
+    held = replace(facts(state="blocked"), breaker=breaker)
+    assert verdict("continue", Params(), held).refusal == "breaker_open"
+    decided = replace(facts(action()), breaker=breaker)
+    assert verdict("decide", Params(outcome="performed"), decided).refusal == "breaker_open"
+    assert verdict("pause", Params(), held).applies, "pausing is no continuation"
