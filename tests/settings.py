@@ -22,10 +22,3 @@ from config.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
-
-# On PostgreSQL the test process shares one connection pool among its threads (the concurrency tests run up to
-# sixteen at once, and in-process live tests run their database work in executor threads). The full suite on
-# PostgreSQL starved that pool late in a run at the deployment's 20, so the test process gets more headroom; the
-# servers and workers the tests start keep the deployment's own settings (they read config.settings).
-if "pool" in DATABASES["default"].get("OPTIONS", {}):  # noqa: F405
-    DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 40  # noqa: F405
