@@ -206,7 +206,7 @@ class Relay:
                 continue
             wanted = {c.access_key(): (c.user, c.page, c.obj_id) for c in consumers}
             try:
-                found = await database_sync_to_async(_read_access, thread_sensitive=False)(wanted)
+                found = await _off_thread(_read_access)(wanted)
             except Exception:
                 log.exception("access recheck failed; trying again next interval")
                 continue
@@ -226,7 +226,7 @@ class Relay:
             return
         groups = {frozenset(c.orgs): c.user for c in pages}
         try:
-            found = await database_sync_to_async(_read_alerts, thread_sensitive=False)(groups)
+            found = await _off_thread(_read_alerts)(groups)
         except Exception:
             log.exception("header warnings: reading them failed; trying again next interval")
             return
@@ -244,7 +244,7 @@ class Relay:
         if not pages:
             return
         try:
-            found = await database_sync_to_async(leases_of, thread_sensitive=False)({c.task_id for c in pages})
+            found = await _off_thread(leases_of)({c.task_id for c in pages})
         except Exception:
             log.exception("lease lines: reading them failed; trying again next interval")
             return
@@ -424,6 +424,24 @@ class Relay:
                 if key not in counts:
                     counts[key] = await database_sync_to_async(nav_count)(consumer.user)
                 await consumer.push_extra(counts[key])
+
+
+def _off_thread(fn):
+    """`fn` in an executor thread of the loop (not the relay's), its connection handed back to the pool on return.
+
+    channels' database_sync_to_async closes a thread's connections around each call, but its test communicator
+    turns that close into a no-op while a test awaits it, and the loop's executor threads outlive the call: in
+    the full PostgreSQL suite each kept a pool connection until the pool ran dry. Closing here, in the thread
+    that opened it, costs nothing in production (with CONN_MAX_AGE 0 the connection goes back to the pool anyway).
+    """
+
+    def closing(*args):
+        try:
+            return fn(*args)
+        finally:
+            connection.close()
+
+    return database_sync_to_async(closing, thread_sensitive=False)
 
 
 def _read_access(wanted: dict) -> dict:
