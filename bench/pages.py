@@ -78,14 +78,36 @@ def _seed():
     return cookies, task.pk
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _threads(pid: int) -> int:
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("Threads:")), 0)
+
+
 class Side:
-    """Latencies (seconds) of one side, per page, and its failures."""
+    """Latencies (seconds) of one side, per page, its failures, and what its server processes spent."""
 
     def __init__(self):
         self.samples = {p: [] for p in PAGES}
         self.errors: list[str] = []
         self.requests = 0
         self.seconds = 0.0
+        self.server_cpu = 0.0  # CPU seconds of the daphne processes during the side's rounds
+        self.threads = 0  # the most threads one daphne process had during a round
+
+    def cpu_ms_per_request(self) -> float:
+        return self.server_cpu / self.requests * 1000 if self.requests else 0.0
 
     def p(self, page: str, q: float) -> float:
         return percentile(self.samples[page], q) * 1000
@@ -117,10 +139,19 @@ async def _session(client, paths: dict, until: float, side: Side) -> None:
             side.samples[page].append(elapsed)
 
 
-async def _round(clients: list, n: int, seconds: float, paths: dict, side: Side) -> None:
+async def _round(clients: list, n: int, seconds: float, paths: dict, side: Side, pids: list[int]) -> None:
+    async def sample_threads():
+        while True:
+            side.threads = max(side.threads, *(_threads(pid) for pid in pids))
+            await asyncio.sleep(0.5)
+
+    cpu = sum(_cpu_seconds(pid) for pid in pids)
+    sampler = asyncio.ensure_future(sample_threads())
     started = time.monotonic()
     await asyncio.gather(*(_session(c, paths, started + seconds, side) for c in clients[:n]))
     side.seconds += time.monotonic() - started
+    sampler.cancel()
+    side.server_cpu += sum(_cpu_seconds(pid) for pid in pids) - cpu
 
 
 async def _measure(ctx: Context, servers, sweep_server, cookies: list[str], task_id: int) -> dict:
@@ -136,21 +167,23 @@ async def _measure(ctx: Context, servers, sweep_server, cookies: list[str], task
 
     tier = clients_for([s.url for s in servers])
     alone = clients_for([sweep_server.url])
+    tier_pids, alone_pids = [s.proc.pid for s in servers], [sweep_server.proc.pid]
     out = {"tier": {SESSIONS: Side(), 1: Side()}, "sweep": {n: Side() for n in SWEEP}, "pairs": 0}
     gc.collect()
     gc.disable()  # the measuring process's collector would stall whichever side it hits
     try:
-        await _round(tier, SESSIONS, 2.0, paths, Side())  # unmeasured: every session's connection and caches
-        await _round(alone, SESSIONS, 2.0, paths, Side())
+        # unmeasured: every session's connection, the processes' caches and pooled connections
+        await _round(tier, SESSIONS, 2.0, paths, Side(), tier_pids)
+        await _round(alone, SESSIONS, 2.0, paths, Side(), alone_pids)
         sweep_reserve = len(SWEEP) * SWEEP_SECONDS + 5
         for k in range(PAIRS):
             if k and ctx.left() < sweep_reserve + sum(ROUND_SECONDS.values()):
                 break
             for n in (SESSIONS, 1) if k % 2 == 0 else (1, SESSIONS):
-                await _round(tier, n, ROUND_SECONDS[n], paths, out["tier"][n])
+                await _round(tier, n, ROUND_SECONDS[n], paths, out["tier"][n], tier_pids)
             out["pairs"] += 1
         for n in SWEEP:
-            await _round(alone, n, SWEEP_SECONDS, paths, out["sweep"][n])
+            await _round(alone, n, SWEEP_SECONDS, paths, out["sweep"][n], alone_pids)
     finally:
         gc.enable()
         await asyncio.gather(*(c.aclose() for c in tier + alone), return_exceptions=True)
@@ -184,7 +217,9 @@ def pages(ctx: Context):
     many, one = out["tier"][SESSIONS], out["tier"][1]
     held = [k for k in SWEEP if out["sweep"][k].worst_p99() < LIMIT_MS]
     sweep = "; ".join(
-        f"{k}: p99 {out['sweep'][k].worst_p99():.0f} ms at {out['sweep'][k].rate():.0f} req/s" for k in SWEEP
+        f"{k}: p99 {out['sweep'][k].worst_p99():.0f} ms at {out['sweep'][k].rate():.1f} req/s, "
+        f"{out['sweep'][k].cpu_ms_per_request():.0f} ms CPU/req, {out['sweep'][k].threads} threads"
+        for k in SWEEP
     )
     return [
         record(
@@ -196,7 +231,8 @@ def pages(ctx: Context):
             target_ratio=float(SESSIONS // n),
             better="lower",
             note=f"{SESSIONS} sessions on {n} daphne, no think time, {out['pairs']} interleaved pairs: "
-            f"{many.summary()} ({many.rate():.0f} req/s); one session: {one.summary()} ({one.rate():.0f} req/s). "
+            f"{many.summary()} ({many.rate():.1f} req/s, daphne CPU {many.cpu_ms_per_request():.0f} ms/req); "
+            f"one session: {one.summary()} ({one.rate():.1f} req/s, {one.cpu_ms_per_request():.0f} ms/req). "
             f"One daphne alone, worse page's p99 by sessions — {sweep}; holds {max(held) if held else 0} "
             f"sessions under p99 {LIMIT_MS} ms",
         )
