@@ -28,6 +28,7 @@ import asyncio
 import gc
 import os
 import time
+from pathlib import Path
 
 from bench.core import Context, figure, percentile, record
 
@@ -81,7 +82,7 @@ def _seed():
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -89,7 +90,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _threads(pid: int) -> int:
     try:
-        status = open(f"/proc/{pid}/status").read()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("Threads:")), 0)
