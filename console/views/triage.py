@@ -19,7 +19,7 @@ from console.cards.task import task_row_context
 from console.views.refusals import bad_request, refused
 from recovery import notify
 from recovery.rules.bulk import ACTIONS
-from recovery.triage.board import FilterOptions, board_count, board_page, filter_options
+from recovery.triage.board import FilterOptions, board_count, board_page, board_queryset, filter_options
 from recovery.triage.filters import BOARD_PARAMS, board_filter, page_params
 from recovery.triage.inbox import INBOX_LIMIT, inbox_actions, inbox_count
 from recovery.triage.saved_views import saved_views
@@ -70,8 +70,9 @@ def board_context(request, params, *, typed=None) -> dict:
     tab, f = board_filter(params)
     cursor = params.get("cursor") or None
     last_event = last_event_id()
-    tasks, next_cursor = board_page(user, f, cursor=cursor, limit=50)
-    total = board_count(user, f, cap=COUNT_CAP)
+    matching = board_queryset(user, f)  # built once: the page and its count filter the same tasks
+    tasks, next_cursor = board_page(user, f, cursor=cursor, limit=50, matching=matching)
+    total = board_count(user, f, cap=COUNT_CAP, matching=matching)
     membership = primary_membership(user)
     selectable = bool(membership and can_operate(user, membership.org_id))
     typed = typed or {}
