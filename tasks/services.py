@@ -274,11 +274,13 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
     """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
     A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
-    queued after its chain began. On PostgreSQL the claim is one statement (tasks.transitions
+    queued after its chain began. On PostgreSQL the claim is one prepared statement (tasks.transitions
     `claim_queued_run`) taking rows with `FOR UPDATE SKIP LOCKED` from the partial index of queued
-    runs, so concurrent claimers never wait for each other and never take the same run; on SQLite the
-    IMMEDIATE transaction serializes claimers. The claim, its event and the instance's bookkeeping are
-    one transaction. Returns None when nothing is admissible.
+    runs, so concurrent claimers never wait for each other and never take the same run; outside a
+    caller's transaction it runs alone, a transaction of its own (one round trip: no BEGIN, no COMMIT).
+    On SQLite the IMMEDIATE transaction serializes claimers. The claim, its event and the instance's
+    bookkeeping (at most once a second, `worker_instances.poll_due`) are one transaction. Returns None
+    when nothing is admissible.
 
     `agents` (names) and `kinds` (`plan`, `agent`) narrow what this worker takes; None takes any.
     """

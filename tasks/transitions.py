@@ -225,7 +225,7 @@ def claim_sql() -> str:
 
     It picks the queued run that waited longest (the partial index `run_queue`), locks it skipping rows
     other claimers hold, moves it queued → running (RUNS' table), follows with its task (TASKS' table),
-    appends its `run_claimed` event and records the worker instance's claim poll: what `move()`, the
+    appends its `run_claimed` event and records the worker instance's claim poll when due: what `move()`, the
     task's follow-up, `event_append` and `instance_seen` do, without a round trip each. A candidate whose
     task has a parent (an ancestor's pause is decided in Python), that continues a run (an attempt to
     settle), or whose task has follow-ups waiting (the claim hands them over) is only locked and returned:
