@@ -152,6 +152,13 @@ else:
             "max_size": env_int("CONSOLE_DB_POOL_MAX", 20),
             "timeout": float(os.environ.get("CONSOLE_DB_POOL_TIMEOUT") or 15),
         }
+    # The named one-statement paths (tasks/sql: the claim, the checkpoint's writes) ask for server-side prepared
+    # statements, so the server parses and plans each once per connection (pooled connections keep them); psycopg
+    # prepares nothing unless a threshold is set, and Django's own queries are never prepared (its cursors bind on
+    # the client). Behind a pooler that cannot carry prepared statements (pgbouncer in transaction mode before
+    # 1.21): CONSOLE_DB_PREPARE=0.
+    if env_bool("CONSOLE_DB_PREPARE", True):
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1  # never by count: only when asked
     test_name = os.environ.get("CONSOLE_PG_TEST_NAME")
     if test_name:
         DATABASES["default"]["TEST"] = {"NAME": test_name}
@@ -256,6 +263,8 @@ CONSOLE_EXPORT_ROOTS_MAX = 50
 CONSOLE_EXPORT_STALE_SECONDS = env_int("CONSOLE_EXPORT_STALE_SECONDS", 1800)
 CONSOLE_LEASE_SECONDS = env_int("CONSOLE_LEASE_SECONDS", 180)
 CONSOLE_HEARTBEAT_SECONDS = env_int("CONSOLE_HEARTBEAT_SECONDS", 30)
+# A worker instance's claim polls are recorded at most this often (tasks.worker_instances `poll_due`).
+CONSOLE_INSTANCE_POLL_SECONDS = float(os.environ.get("CONSOLE_INSTANCE_POLL_SECONDS") or 1)
 CONSOLE_SUPERVISE_SECONDS = env_int("CONSOLE_SUPERVISE_SECONDS", 5)
 # The recovery breaker (DESIGN §14): more than TASKS tasks of one agent opening recovery with one failure signature
 # within WINDOW seconds open it; COOLOFF seconds after it (re)opened it half-opens and lets one continuation try.

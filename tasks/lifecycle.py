@@ -7,6 +7,12 @@ not import `recovery`, so recovery registers its listeners here when its app is
 ready (recovery/apps.py). This is an explicit list with one caller per fact,
 not a signal bus: `started` is called by the claim, `ended` by every service
 that moves a run to a final status.
+
+`started` is told of runs that continue another (attempts create continuations:
+a run that continues nothing settles nothing). PostgreSQL's claim in one
+statement takes only runs that continue nothing, as a transaction of its own
+(tasks.services `run_claim`): it has no listener to call, so it needs no
+transaction around it. A continuation is always claimed in a transaction.
 """
 
 from collections.abc import Callable
@@ -28,6 +34,8 @@ def on_ended(listener: Callable[[Run], None]) -> None:
 
 
 def run_started(run: Run) -> None:
+    if run.continues_id is None:
+        return
     for listener in _started:
         listener(run)
 

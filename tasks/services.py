@@ -274,22 +274,34 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
     """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
     A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
-    queued after its chain began. On PostgreSQL the claim is one statement (tasks.transitions
+    queued after its chain began. On PostgreSQL the claim is one prepared statement (tasks.transitions
     `claim_queued_run`) taking rows with `FOR UPDATE SKIP LOCKED` from the partial index of queued
-    runs, so concurrent claimers never wait for each other and never take the same run; on SQLite the
-    IMMEDIATE transaction serializes claimers. The claim, its event and the instance's bookkeeping are
-    one transaction. Returns None when nothing is admissible.
+    runs, so concurrent claimers never wait for each other and never take the same run; outside a
+    caller's transaction it runs alone, a transaction of its own (one round trip: no BEGIN, no COMMIT).
+    On SQLite the IMMEDIATE transaction serializes claimers. The claim, its event and the instance's
+    bookkeeping (at most once a second, `worker_instances.poll_due`) are one transaction. Returns None
+    when nothing is admissible.
 
     `agents` (names) and `kinds` (`plan`, `agent`) narrow what this worker takes; None takes any.
     """
     label = (label or "").strip()[:100] or worker.name
     only = _ClaimFilter(agents=None if agents is None else list(agents), kinds=None if kinds is None else list(kinds))
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            run = _claim_in_one_statement(worker, label, only)
-        else:
-            run = _claim(worker, label, only)
-            instance_seen(worker=worker, label=label, claimed=run is not None)
+    run = None
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # The statement alone is a transaction of its own: no BEGIN and COMMIT round trips around it. What it
+        # claims continues nothing, so no started-listener has anything to settle (tasks.lifecycle).
+        run, candidate = _claim_statement(worker, label, only, skipped=[], alone=True)
+        if run is None and candidate is None:
+            return None
+    if run is None:
+        # SQLite; a caller's transaction; or a candidate for the machine (a child task, a continuation, follow-ups
+        # to hand over), claimed in a transaction, where the statement's lock holds.
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                run = _claim_in_one_statement(worker, label, only)
+            else:
+                run = _claim(worker, label, only)
+                instance_seen(worker=worker, label=label, claimed=run is not None)
     if run is not None and run.continues_id is None:
         _record_baseline(run)
     return run
@@ -305,7 +317,9 @@ def _record_baseline(run: Run) -> None:
     """A chain starts (a first run, a fresh start): what the workspace holds now is its baseline, e.g. inputs a
     person put there; later differences are then real ones. Read after the claim committed (the worker has not
     been told of its claim yet, so nothing writes there), recorded in a transaction of its own."""
-    task = Task.objects.select_related("org").get(pk=run.task_id)
+    task = run.task  # as the claim returned it, with its organization: no read of its own
+    if not task.workspace:
+        return
     try:
         disk = manifest_read_ahead(task=task, scan_all=True)
         with transaction.atomic():
@@ -315,22 +329,27 @@ def _record_baseline(run: Run) -> None:
         pass
 
 
+def _claim_statement(worker: Worker, label: str, only: _ClaimFilter, *, skipped: list[int], alone: bool = False):
+    now = timezone.now()
+    return claim_queued_run(
+        org_id=worker.org_id,
+        worker=worker,
+        label=label,
+        owner=f"{worker.name}/{label}"[:200],
+        actor=actor_name(worker),
+        now=now,
+        expires=now + lease_delta(),
+        skipped=skipped,
+        agents=only.agents,
+        kinds=only.kinds,
+        alone=alone,
+    )
+
+
 def _claim_in_one_statement(worker: Worker, label: str, only: _ClaimFilter) -> Run | None:
     skipped: list[int] = []
     for _ in range(20):
-        now = timezone.now()
-        run, candidate = claim_queued_run(
-            org_id=worker.org_id,
-            worker=worker,
-            label=label,
-            owner=f"{worker.name}/{label}"[:200],
-            actor=actor_name(worker),
-            now=now,
-            expires=now + lease_delta(),
-            skipped=skipped,
-            agents=only.agents,
-            kinds=only.kinds,
-        )
+        run, candidate = _claim_statement(worker, label, only, skipped=skipped)
         if run is not None:
             _claimed(run)
             return run

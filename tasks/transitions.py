@@ -37,6 +37,7 @@ from tasks.models import (
     WorkerInstance,
 )
 from tasks.models import Event as EventRow
+from tasks.worker_instances import poll_due, poll_recorded
 
 
 class IllegalTransition(Exception):
@@ -224,7 +225,7 @@ def claim_sql() -> str:
 
     It picks the queued run that waited longest (the partial index `run_queue`), locks it skipping rows
     other claimers hold, moves it queued → running (RUNS' table), follows with its task (TASKS' table),
-    appends its `run_claimed` event and records the worker instance's claim poll: what `move()`, the
+    appends its `run_claimed` event and records the worker instance's claim poll when due: what `move()`, the
     task's follow-up, `event_append` and `instance_seen` do, without a round trip each. A candidate whose
     task has a parent (an ancestor's pause is decided in Python), that continues a run (an attempt to
     settle), or whose task has follow-ups waiting (the claim hands them over) is only locked and returned:
@@ -258,15 +259,34 @@ def claim_sql() -> str:
 
 
 def claim_queued_run(
-    *, org_id: int, worker, label: str, owner: str, actor: str, now, expires, skipped=(), agents=None, kinds=None
+    *,
+    org_id: int,
+    worker,
+    label: str,
+    owner: str,
+    actor: str,
+    now,
+    expires,
+    skipped=(),
+    agents=None,
+    kinds=None,
+    alone: bool = False,
 ):
     """Claim in one statement (PostgreSQL, inside the caller's transaction): see `claim_sql`.
 
     Returns (run, None) for a run claimed, with its task, organization and agent attached;
     (None, candidate id) for a candidate locked for the caller to claim through `move()`;
     (None, None) when nothing is admissible.
+
+    With `alone` the statement runs outside any transaction, as a transaction of its own (autocommit): a run it
+    claims is committed when it returns, and a candidate's lock has ended (the caller claims it in a transaction,
+    by running the statement again there).
     """
-    Machine._in_transaction()
+    if alone:
+        if connection.in_atomic_block:
+            raise IllegalTransition("a claim alone runs outside any transaction")
+    else:
+        Machine._in_transaction()
     params = {
         "org": org_id,
         "worker": worker.pk,
@@ -280,10 +300,14 @@ def claim_queued_run(
         "agents": None if agents is None else list(agents),
         "kinds": None if kinds is None else list(kinds),
     }
+    params["seen"], params["seen_claim"] = poll_due(worker=worker, label=label)
     row = sql.fetch_one(claim_sql(), params)
+    claimed = row is not None and row[1]
+    if params["seen"] or (params["seen_claim"] and claimed):
+        poll_recorded(worker=worker, label=label, seen=True, claimed=params["seen_claim"] and claimed)
     if row is None:
         return None, None
-    candidate, claimed, values = row[0], row[1], row[2:]
+    candidate, values = row[0], row[2:]
     if not claimed:
         return None, candidate
     out = []

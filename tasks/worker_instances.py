@@ -2,10 +2,11 @@
 
 Bookkeeping for operators (the workers page, the header warning, /metrics), not
 task history: nothing here appends an Event. Each write is one statement, so the
-claim and heartbeat services stay cheap: an upsert per claim poll, one UPDATE
-per heartbeat.
+claim and heartbeat services stay cheap: an upsert per claim poll (at most one a
+second per instance, `poll_due`), one UPDATE per heartbeat.
 """
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -25,8 +26,44 @@ def instance_label(worker: Worker, lease_owner: str) -> str:
     return lease_owner.removeprefix(f"{worker.name}/")[:100]
 
 
+# (worker id, label) → monotonic times this process last recorded the instance's poll and its claim. A worker
+# with free slots polls in a loop and a busy one claims many times a second: the page shows instances to the
+# second (an instance is stale after `stale_after()`, at least 5 s), so one upsert a second per instance is
+# enough, and the claim does not rewrite the same row on every call. Per process: a restarted worker is a new
+# instance; a transaction rolled back after a record only delays the next one by the interval.
+_recorded: dict[tuple[int, str], tuple[float, float]] = {}
+_NEVER = (float("-inf"), float("-inf"))
+
+
+def poll_due(*, worker: Worker, label: str) -> tuple[bool, bool]:
+    """Whether a claim poll from `label` is to be recorded now: (the poll itself, the claim if it gets one)."""
+    interval = float(settings.CONSOLE_INSTANCE_POLL_SECONDS)
+    seen, claim = _recorded.get((worker.pk, label[:100]), _NEVER)
+    now = time.monotonic()
+    return now - seen >= interval, now - claim >= interval
+
+
+def poll_recorded(*, worker: Worker, label: str, seen: bool, claimed: bool) -> None:
+    """The poll from `label` was recorded (`seen`) and/or its claim (`claimed`): the next waits out the interval."""
+    key = (worker.pk, label[:100])
+    last_seen, last_claim = _recorded.get(key, _NEVER)
+    now = time.monotonic()
+    _recorded[key] = (now if seen else last_seen, now if claimed else last_claim)
+
+
+def forget_polls() -> None:
+    """Record the next poll of every instance (tests: ids repeat across rolled-back tests)."""
+    _recorded.clear()
+
+
 def instance_seen(*, worker: Worker, label: str, claimed: bool, now: datetime | None = None) -> None:
-    """A claim call arrived from `label` (whether or not it got a run): one upsert."""
+    """A claim call arrived from `label` (whether or not it got a run): one upsert, at most once a second
+    (a claim is recorded at most once a second too, and not held back by a poll recorded just before)."""
+    seen, claim = poll_due(worker=worker, label=label)
+    claimed = claimed and claim
+    if not (seen or claimed):
+        return
+    poll_recorded(worker=worker, label=label, seen=True, claimed=claimed)
     now = now or timezone.now()
     row = WorkerInstance(
         org_id=worker.org_id,

@@ -25,6 +25,16 @@ def fresh_workspaces(settings):
 
 
 @pytest.fixture(autouse=True)
+def fresh_instance_polls():
+    """Worker instances' polls are recorded at most once a second, remembered per process: ids repeat across
+    rolled-back tests, so every test starts with none remembered."""
+    from tasks.worker_instances import forget_polls
+
+    forget_polls()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def fresh_rate_limits(request, django_db_blocker):
     """Rate-limit counts live in the database cache, which a transactional test's flush does not empty
     (and user ids repeat after it on SQLite): a test that used the database leaves the cache empty."""

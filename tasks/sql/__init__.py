@@ -54,7 +54,10 @@ def from_row(model, values):
 
 class _PreparedCursor(psycopg.Cursor):
     """Server-side parameters and a statement prepared once per connection (pooled connections keep it):
-    neither the query text nor its plan is built again on every call."""
+    neither the query text nor its plan is built again on every call. psycopg prepares only on a connection
+    with a `prepare_threshold` (Django sets none: config/settings.py sets one no count reaches, so only these
+    statements, which ask, are prepared); without one (CONSOLE_DB_PREPARE=0) they are parsed and planned on
+    every call, as they were until the claim's profile showed it (planning took longer than running)."""
 
     def execute(self, query, params=None, *, prepare=None, binary=None):
         return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)

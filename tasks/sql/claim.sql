@@ -47,10 +47,12 @@ WITH candidate AS (
            %(now)s
     FROM claimed
 ), seen AS (
+    -- The instance's poll, when due (%(seen)s: the poll; %(seen_claim)s: a claim, if this one claims).
     INSERT INTO {instance_t}
         (org_id, worker_id, instance, first_seen_at, last_seen_at, last_claim_at)
-    VALUES (%(org)s, %(worker)s, %(label)s, %(now)s, %(now)s,
-            CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN %(now)s::timestamptz END)
+    SELECT %(org)s, %(worker)s, %(label)s, %(now)s, %(now)s,
+           CASE WHEN %(seen_claim)s AND EXISTS (SELECT 1 FROM claimed) THEN %(now)s::timestamptz END
+    WHERE %(seen)s OR (%(seen_claim)s AND EXISTS (SELECT 1 FROM claimed))
     ON CONFLICT (worker_id, instance) DO UPDATE
     SET last_seen_at = EXCLUDED.last_seen_at,
         last_claim_at = COALESCE(EXCLUDED.last_claim_at, {instance_t}.last_claim_at)

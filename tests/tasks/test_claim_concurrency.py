@@ -80,3 +80,35 @@ def test_a_claimer_skips_a_row_another_holds_instead_of_waiting(org, agent):
         holder.join()
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_outside_any_transaction_is_one_statement_and_a_child_task_still_goes_through_the_machine(
+    org, agent, django_assert_max_num_queries
+):
+    """On PostgreSQL a claim outside any transaction is its one statement alone (autocommit: no BEGIN, no
+    COMMIT); a candidate it only locks (here a child task) is claimed again in a transaction, through move()."""
+    from tests.recovery import engine as e
+
+    parent = e.start(org, [e.SAFE], title="parent")
+    e.run_to_end(e.first_run(parent))
+    child = e.start(org, [e.SAFE], title="child", parent=parent.pk)
+    worker = e.worker(org)
+    run = run_claim(worker=worker, label="w1")
+    assert run.task_id == child.pk and run.status == "running" and run.lease_epoch == 1
+    assert Run.objects.get(pk=run.pk).status == "running"
+    assert Event.objects.filter(kind="run_claimed", run_id=run.pk).count() == 1
+
+    fresh = e.first_run(e.start(org, [e.SAFE], title="fresh"))
+    with django_assert_max_num_queries(20) as queries:
+        run = run_claim(worker=worker, label="w1")
+    assert run.pk == fresh.pk and run.status == "running" and run.lease_epoch == 1
+    if connection.vendor == "postgresql":
+        # The claim is its statement alone; what follows is the chain's workspace baseline, after it committed.
+        claim, *baseline = [q["sql"] for q in queries.captured_queries]
+        assert "WITH candidate AS" in claim
+        assert all(q in ("BEGIN", "COMMIT") or "tasks_workspacefile" in q for q in baseline), baseline
+    saved = Run.objects.get(pk=run.pk)
+    assert (saved.status, saved.lease_epoch, saved.lease_owner) == ("running", 1, "w1/w1")
+    assert saved.task.status == "in_progress"
+    assert Event.objects.filter(kind="run_claimed", run_id=run.pk).count() == 1

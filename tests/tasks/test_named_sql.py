@@ -59,6 +59,14 @@ def test_the_claim_moves_the_run_and_its_task_as_their_machines_allow():
     assert task_sources and all(TASKS.allowed(source, TaskStatus.IN_PROGRESS) for source in task_sources)
 
 
+def test_the_claim_writes_the_instance_poll_only_when_due_and_moves_nothing_there():
+    # The poll is bookkeeping, written at most once a second (tasks.worker_instances `poll_due`): the upsert
+    # inserts a row only when the caller says the poll, or the claim this statement makes, is due.
+    seen = claim_sql().split("seen AS (")[1].split("\n)\n")[0]
+    assert "WHERE %(seen)s OR (%(seen_claim)s AND EXISTS (SELECT 1 FROM claimed))" in seen
+    assert _moves(seen, "status") == [] and not _states(seen)
+
+
 @pytest.mark.parametrize("path", sorted(SQL_DIR.glob("*.sql")), ids=lambda p: p.name)
 def test_no_state_is_typed_into_a_sql_file(path):
     states = {*RunStatus.values, *TaskStatus.values, *StepPhase.values, *MessageStatus.values} - {""}

@@ -8,6 +8,7 @@ from recovery.supervisor.loop import supervise_once
 from tasks import services
 from tasks.models import Event, Run, Task, WorkerInstance
 from tasks.transitions import claim_sql
+from tasks.worker_instances import forget_polls
 from tests.recovery import engine as e
 
 pytestmark = pytest.mark.django_db
@@ -71,10 +72,36 @@ def test_a_claim_is_one_transaction_with_its_event_its_task_and_the_instance_pol
     assert event.actor == "worker:w1"
     instance = WorkerInstance.objects.get(worker=worker, instance="w1")
     assert instance.last_claim_at is not None
-    # A poll that finds nothing is seen too, and keeps the time of the last claim.
+    # A poll within the second is not recorded again (at most one upsert a second per instance)…
+    assert services.run_claim(worker=worker, label="w1") is None
+    assert WorkerInstance.objects.get(pk=instance.pk).last_seen_at == instance.last_seen_at
+    # …a poll after it that finds nothing is seen too, and keeps the time of the last claim.
+    forget_polls()  # the second has passed
     assert services.run_claim(worker=worker, label="w1") is None
     polled = WorkerInstance.objects.get(pk=instance.pk)
     assert polled.last_seen_at > instance.last_seen_at and polled.last_claim_at == instance.last_claim_at
+
+
+def test_an_instance_poll_is_recorded_at_most_once_a_second_and_a_claim_is_not_held_back(org, agent, monkeypatch):
+    from tasks import worker_instances
+
+    clock = [1000.0]
+    monkeypatch.setattr(worker_instances.time, "monotonic", lambda: clock[0])
+    worker = e.worker(org)
+    assert services.run_claim(worker=worker, label="w1") is None
+    first = WorkerInstance.objects.get(worker=worker, instance="w1")
+    assert first.last_claim_at is None
+    clock[0] += 0.5
+    assert services.run_claim(worker=worker, label="w1") is None  # within the second: not written again
+    assert WorkerInstance.objects.get(pk=first.pk).last_seen_at == first.last_seen_at
+    e.start(org, [e.SAFE])
+    run = services.run_claim(worker=worker, label="w1")  # a claim within the second is recorded all the same
+    claimed = WorkerInstance.objects.get(pk=first.pk)
+    assert run is not None and claimed.last_claim_at is not None and claimed.last_seen_at > first.last_seen_at
+    clock[0] += 1.0
+    assert services.run_claim(worker=worker, label="w1") is None  # a second after the last record: recorded
+    polled = WorkerInstance.objects.get(pk=first.pk)
+    assert polled.last_seen_at > claimed.last_seen_at and polled.last_claim_at == claimed.last_claim_at
 
 
 def test_a_claim_that_fails_writes_nothing(org, agent, monkeypatch):
@@ -118,6 +145,8 @@ def test_the_claim_reads_the_partial_index_of_queued_runs_not_every_run(org, age
             "skipped": [],
             "agents": None,
             "kinds": None,
+            "seen": True,
+            "seen_claim": True,
         }
         cursor.execute("EXPLAIN " + claim_sql(), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
