@@ -23,7 +23,7 @@ STEPS_PER_RUN = 20
 TURN_CALLS = 8
 REPLAY_TURNS = 40  # of 1 model turn + 4 tool calls: 200 saved steps
 REPLAY_CALLS = 4
-REPLAY_SAMPLES = 6  # per side
+REPLAY_SAMPLES = 8  # per side
 MODEL = "bench-model"
 
 
@@ -200,10 +200,18 @@ def _continuations(worker, agent_name: str, n: int) -> None:
     from tasks import services
     from tasks.models import Run
 
+    from tasks.models import Step
+
     cut = []
     for _ in range(n):
         run = services.run_claim(worker=worker, label="bench-saved", agents=[agent_name])
-        _saved_run(worker, run.pk)
+        if not cut:
+            _saved_run(worker, run.pk)  # through the services, as the SDK would have written them
+        else:  # the others: the same rows, copied (the figure's budget is for the measurement)
+            skip = {"id", "run", "parent", "reused_from"}
+            fields = [f.attname for f in Step._meta.concrete_fields if f.name not in skip]
+            steps = Step.objects.filter(run_id=cut[0]).order_by("seq")
+            Step.objects.bulk_create([Step(run_id=run.pk, **{f: getattr(s, f) for f in fields}) for s in steps])
         cut.append(run.pk)
     Run.objects.filter(pk__in=cut).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     supervise_once(exports=False)
