@@ -514,9 +514,10 @@ class Run:
                     # Planned and dispatched in one request, right before the call, as the two would be one after
                     # the other; with fault injection (a hook between them) they stay two requests.
                     both = self._on_boundary is None
+                    extra = {"dispatch": True} if both else {}
                     reply = self._write(
                         lambda give_up: self.console.plan(
-                            run, epoch, seq, tool, wire, parent_seq, dispatch=both, give_up=give_up
+                            run, epoch, seq, tool, wire, parent_seq, give_up=give_up, **extra
                         ),
                         during="plan",
                     )
