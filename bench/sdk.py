@@ -198,9 +198,7 @@ def _continuations(worker, agent_name: str, n: int) -> None:
 
     from recovery.supervisor.loop import supervise_once
     from tasks import services
-    from tasks.models import Run
-
-    from tasks.models import Step
+    from tasks.models import Run, Step
 
     cut = []
     for _ in range(n):
