@@ -3,7 +3,8 @@
 - `sdk_step_vs_bare_roundtrips`: milliseconds per tool step of an agent on the SDK (`run.tool` with a call that
   does nothing: its plan, dispatch and completion over HTTP, each with an Idempotency-Key, the replay
   bookkeeping, a heartbeat thread), beside three round trips to a no-op view of the same server (`GET /healthz`:
-  no authentication, one `SELECT 1`), interleaved, medians of each side. The ratio is what a step costs an
+  no authentication, one `SELECT 1`; an existing view rather than a no-op endpoint made for the bench), interleaved,
+  medians of each side. The ratio is what a step costs an
   agent developer over the floor of three round trips.
 - `sdk_turn_calls_per_step`: HTTP calls per step of a model turn that asks for 8 tool calls, made one after the
   other as the pydantic-ai adapter makes them (9 steps: the turn and its calls), against one call per step.
