@@ -321,11 +321,17 @@ class StepPlanView(RunnerView):
         args = serializers.JSONField(required=False, default=dict)
         parent_seq = serializers.IntegerField(min_value=1, max_value=services.MAX_SEQ, required=False, allow_null=True)
         steps = PlanCallIn(many=True, required=False, max_length=services.MAX_BATCH, min_length=1)
+        # One step planned and dispatched in one transaction: the worker calls it right after the answer.
+        dispatch = serializers.BooleanField(required=False, default=False)
 
         def validate(self, data):
             single = "seq" in data or "tool" in data
             if "steps" in data and single:
                 raise serializers.ValidationError("Plan one step (`seq`, `tool`) or a batch (`steps`), not both.")
+            if "steps" in data and data.get("dispatch"):
+                raise serializers.ValidationError(
+                    "`dispatch` plans and dispatches one step; a batch is dispatched step by step."
+                )
             if "steps" not in data and not ("seq" in data and "tool" in data):
                 raise serializers.ValidationError("Plan one step (`seq` and `tool`) or a batch (`steps`).")
             return data
@@ -354,16 +360,22 @@ class StepPlanView(RunnerView):
                     worker=request.user, run_id=run_id, epoch=v["epoch"], steps=[dict(c) for c in v["steps"]]
                 )
                 return Response({"steps": [planned(s) for s in steps]}, status=status.HTTP_201_CREATED)
-            step = services.step_plan(
-                worker=request.user,
-                run_id=run_id,
-                epoch=v["epoch"],
-                seq=v["seq"],
-                tool=v["tool"],
-                args=v.get("args"),
-                parent_seq=v.get("parent_seq"),
-            )
-            return Response(planned(step), status=status.HTTP_201_CREATED)
+            with transaction.atomic():
+                step = services.step_plan(
+                    worker=request.user,
+                    run_id=run_id,
+                    epoch=v["epoch"],
+                    seq=v["seq"],
+                    tool=v["tool"],
+                    args=v.get("args"),
+                    parent_seq=v.get("parent_seq"),
+                )
+                answer = planned(step)
+                if v.get("dispatch"):
+                    # All or nothing: a refused dispatch (a stop requested) leaves no plan either.
+                    done = services.step_dispatch(worker=request.user, run_id=run_id, epoch=v["epoch"], seq=step.seq)
+                    answer["phase"] = done.phase
+            return Response(answer, status=status.HTTP_201_CREATED)
 
         return idempotent(request, handle)
 

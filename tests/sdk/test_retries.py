@@ -5,6 +5,7 @@ answer away and closes the connection — the first attempt of every write. The 
 write happened; it sends it again with the same key, and the console answers from its record.
 """
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,9 +23,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_every_write_cut_off_once_is_retried_and_applied_once(daphne_server, org, coder, token, serving, tmp_path):
     task, run = agent_task(org, plan=PLAN[:2])
     counts = Counts(tmp_path)
+    steps = make_agent(counts)
+
+    def agent(r):
+        output = steps(r)
+        # The run outlasts two heartbeat periods (1 s here), so a heartbeat is cut and sent again too.
+        time.sleep(2.5)
+        return output
+
     with Proxy(daphne_server.url, cut=first_attempt_of_each_key()) as proxy:
         with Console(proxy.url, token, retry_seconds=10, backoff=0.05) as console:
-            serving(console, "coder", make_agent(counts), tools=TOOLS).join()
+            serving(console, "coder", agent, tools=TOOLS).join()
 
     run.refresh_from_db()
     assert run.status == "succeeded", run.error_detail
@@ -46,7 +55,9 @@ def test_every_write_cut_off_once_is_retried_and_applied_once(daphne_server, org
     assert {w.key for w in cut if "/heartbeat/" in w.path} & retried
     # (a heartbeat that crossed the finish is refused: the run had ended)
     assert all(200 <= w.status < 300 for w in proxy.writes() if w.delivered and "/heartbeat/" not in w.path)
-    for endpoint in ("/claim/", "/tools/", "/heartbeat/", "/steps/", "/dispatch/", "/complete/", "/finish/"):
+    # (a step is planned and dispatched in one request, `"dispatch": true`: the SDK sends no /dispatch/ here)
+    assert not any(w.path.endswith("/dispatch/") for w in proxy.writes())
+    for endpoint in ("/claim/", "/tools/", "/heartbeat/", "/steps/", "/complete/", "/finish/"):
         assert any(w.path.endswith(endpoint) for w in cut), (endpoint, [w.path for w in cut])
 
 

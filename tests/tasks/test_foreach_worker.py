@@ -22,7 +22,7 @@ class RecordingClient(FakeClient):
         super().__init__(**kwargs)
         self.planned: dict[int, tuple] = {}
 
-    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, give_up=None):
+    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, dispatch=False, give_up=None):
         self.planned[seq] = (tool, args, parent_seq)
         return super().plan(run, epoch, seq, tool, args, parent_seq=parent_seq)
 

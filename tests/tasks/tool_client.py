@@ -30,7 +30,9 @@ class FakeClient:
         self.calls.append(("heartbeat",))
         return Reply({"stop_requested": False}, time.monotonic())
 
-    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, give_up=None):
+    def plan(self, run, epoch, seq, tool, args, parent_seq=None, *, dispatch=False, give_up=None):
+        # Answers `planned` even when asked to dispatch too (as a console before `"dispatch": true` does): the
+        # worker then dispatches on its own, and the calls below keep every phase apart.
         self._maybe_refuse("plan", seq)
         self.calls.append(("plan", seq, tool))
         return {"seq": seq, "phase": "planned", "recovery_mode": "replay"}

@@ -178,11 +178,16 @@ class Console:
         args: Any,
         parent_seq: int | None = None,
         *,
+        dispatch: bool = False,
         give_up: Callable[[], bool] | None = None,
     ) -> dict:
+        """Plan step `seq`; with `dispatch`, dispatch it too, in the same transaction (one round trip; the
+        answer's `phase` is `dispatched`, unless the console predates it: then it is `planned`)."""
         body: dict[str, Any] = {"epoch": epoch, "seq": seq, "tool": tool, "args": args}
         if parent_seq is not None:
             body["parent_seq"] = parent_seq
+        if dispatch:
+            body["dispatch"] = True
         return self.post(f"/api/runner/runs/{run}/steps/", body, give_up=give_up).body or {}
 
     def plan_batch(self, run: int, epoch: int, steps: list[dict], *, give_up: Callable[[], bool] | None = None) -> dict:

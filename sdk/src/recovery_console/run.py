@@ -506,21 +506,31 @@ class Run:
                 if saved is not None:
                     return _Replay(self._replayed(seq, tool, saved))
                 return _Replay(self._notice(seq, notice))
-            if self._planned_step(seq) is None:
-                self._wait_plan_turn(seq, parent_seq)
-                run, epoch = self.id, self.epoch
-                reply = self._write(
-                    lambda give_up: self.console.plan(run, epoch, seq, tool, wire, parent_seq, give_up=give_up),
-                    during="plan",
-                )
-                if parent_seq is None:
-                    self._settle_plan(seq)
-                log.info("run %s step %d %s: planned (%s)", self.id, seq, tool, reply.get("recovery_mode", "?"))
-            self._hook("after_plan", seq)
+            dispatched = False
             try:
-                self._write(
-                    lambda give_up: self.console.dispatch(self.id, self.epoch, seq, give_up=give_up), during="dispatch"
-                )
+                if self._planned_step(seq) is None:
+                    self._wait_plan_turn(seq, parent_seq)
+                    run, epoch = self.id, self.epoch
+                    # Planned and dispatched in one request, right before the call, as the two would be one after
+                    # the other; with fault injection (a hook between them) they stay two requests.
+                    both = self._on_boundary is None
+                    extra = {"dispatch": True} if both else {}
+                    reply = self._write(
+                        lambda give_up: self.console.plan(
+                            run, epoch, seq, tool, wire, parent_seq, give_up=give_up, **extra
+                        ),
+                        during="plan",
+                    )
+                    dispatched = both and reply.get("phase") == "dispatched"  # an older console only plans
+                    if parent_seq is None:
+                        self._settle_plan(seq)
+                    log.info("run %s step %d %s: planned (%s)", self.id, seq, tool, reply.get("recovery_mode", "?"))
+                self._hook("after_plan", seq)
+                if not dispatched:
+                    self._write(
+                        lambda give_up: self.console.dispatch(self.id, self.epoch, seq, give_up=give_up),
+                        during="dispatch",
+                    )
             except Refused as exc:
                 if exc.reason == "stop_requested":
                     log.info("run %s step %d: not dispatched, stop requested", self.id, seq)
