@@ -319,10 +319,14 @@ class RecoveryMode(models.TextChoices):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # Every read of steps is by run (and seq): `step_one_per_run_seq` leads with run_id, so the foreign key
+    # needs no index of its own (one index less to write per checkpoint).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     # 64-bit: nested calls are numbered parent_seq * 100000 + position, which passes 2**31 two levels down.
     seq = models.PositiveBigIntegerField()
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children", db_index=False
+    )
     parent_seq = models.PositiveBigIntegerField(null=True, blank=True)
     tool = models.CharField(max_length=100)
     args = models.JSONField(default=dict)
@@ -333,7 +337,9 @@ class Step(models.Model):
     usage = models.PositiveBigIntegerField(default=0)
     # What the step reported beyond its units: a model turn's {"input_tokens", "output_tokens", "cost"?}.
     usage_detail = models.JSONField(null=True, blank=True)
-    reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by")
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by", db_index=False
+    )
     dispatch_epoch = models.PositiveIntegerField(null=True, blank=True)
     planned_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True)
@@ -367,6 +373,12 @@ class Step(models.Model):
                 condition=Q(result__isnull=True) | Q(phase__in=[StepPhase.COMPLETED, StepPhase.FAILED]),
                 name="step_result_only_when_done",
             ),
+        ]
+        # Only for a deletion's cascade (children) and SET_NULL (reused_by): partial, so the common step — top
+        # level, not carried — writes no entry in either.
+        indexes = [
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="step_parent_set"),
+            models.Index(fields=["reused_from"], condition=Q(reused_from__isnull=False), name="step_reused_from_set"),
         ]
 
     def __str__(self):
@@ -425,9 +437,15 @@ class Event(models.Model):
     """Append-only log: audit history, outbox for live updates, reconnect cursor."""
 
     id = models.BigAutoField(primary_key=True)
-    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="events")
-    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    # Indexed by `event_org_id` and `event_task_id` (which lead with them), not on their own: every
+    # checkpoint writes an event, so each index is one more entry per step.
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="events", db_index=False)
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    # No query reads events by run, and the console never deletes a run (only a deletion's cascade would
+    # look them up by run): no index.
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=64)
     actor = models.CharField(max_length=150)
     payload = models.JSONField(default=dict)

@@ -40,6 +40,28 @@ def test_one_step_is_three_statements_on_postgresql_and_bounded_on_sqlite(org, a
     ]
 
 
+@POSTGRES
+def test_the_one_statement_writes_are_prepared_once_per_connection(org, agent):
+    """Django opens connections that prepare nothing (prepare_threshold=None); the checkpoint statements ask to be
+    prepared, and with the console's pool they are: parsed and planned once, not on every step."""
+    from tasks import checkpoints
+
+    assert "pool" in connection.settings_dict["OPTIONS"]
+    run = _claimed(org, [e.SAFE, e.SAFE, e.SAFE])
+    fence = {"worker": e.worker(org), "run_id": run.pk, "epoch": run.lease_epoch}
+    for seq in (1, 2, 3):
+        services.step_plan(**fence, seq=seq, tool="sleep", args={"seconds": 0})
+        services.step_dispatch(**fence, seq=seq)
+        services.step_complete(**fence, seq=seq, ok=True, result={"ok": seq})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = {row[0] for row in cursor.fetchall()}
+    for statement in (checkpoints.PLAN_SQL, checkpoints.DISPATCH_SQL, checkpoints.COMPLETE_SQL):
+        assert sum(statement.split("%(")[0] in p for p in prepared) == 1
+    # Django's own (client-side bound) queries are never prepared.
+    assert all("tasks_step" in p or "tasks_run" in p for p in prepared)
+
+
 def _written(step: Step) -> dict:
     return {
         f.attname: getattr(step, f.attname)
