@@ -63,27 +63,13 @@ class _PreparedCursor(psycopg.Cursor):
         return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
 
 
-# Django opens psycopg connections with `prepare_threshold=None`, under which psycopg prepares nothing, not even
-# a statement executed with `prepare=True`: each of these statements was parsed and planned again on every call
-# (issue 27: about a third of a checkpoint's server time). A threshold no ordinary query reaches lets only the
-# statements here be prepared (Django's own cursors bind on the client and never prepare). Only with the
-# console's own pool: behind an external pooler (CONSOLE_DB_POOL=0, e.g. pgbouncer in transaction mode) a
-# statement prepared on one server connection may be executed on another, so there nothing is prepared.
-ONLY_WHEN_ASKED = 2**62
-
-
-def _may_prepare() -> bool:
-    return "pool" in connection.settings_dict.get("OPTIONS", {})
-
-
 def prepared_cursor():
     """A cursor of the default connection that prepares its statements, wrapped as Django's own are
     (errors translated, and logged where queries are: the query-count tests see these statements too)."""
     connection.ensure_connection()
-    conn = connection.connection
-    if conn.prepare_threshold is None and _may_prepare():
-        conn.prepare_threshold = ONLY_WHEN_ASKED
-    raw = _PreparedCursor(conn)
+    # Prepared only if the connection has a threshold (config/settings.py sets one no count reaches, unless
+    # CONSOLE_DB_PREPARE=0): under Django's default `prepare_threshold=None` psycopg ignores `prepare=True`.
+    raw = _PreparedCursor(connection.connection)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
