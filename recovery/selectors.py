@@ -189,7 +189,8 @@ def action_prefetch(live_only: bool):
 
 def attach_current_runs(tasks: list[Task]) -> None:
     ids = [t.current_run_id for t in tasks if getattr(t, "current_run_id", None)]
-    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+    # Its agent with it: pages link a run by its agent's name (one query, not one more per task).
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids).select_related("agent")}
     for t in tasks:
         t.current_run = runs.get(getattr(t, "current_run_id", None))
 

@@ -288,10 +288,15 @@ class Relay:
                 self.gaps.setdefault(missing, now)
             expected = e.pk + 1
 
+    def _read(self) -> tuple[list[Event], dict[int, int]]:
+        """The new events and the tasks that wait on theirs (dependents_of), in one trip to the database thread."""
+        events = self._fetch()
+        return events, (dependents_of({e.task_id for e in events if e.task_id}) if events else {})
+
     async def drain(self) -> None:
-        events = await database_sync_to_async(self._fetch)()
+        events, moved = await database_sync_to_async(self._read)()
         if events:
-            await self.dispatch(events)
+            await self.dispatch(events, moved=moved)
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -308,7 +313,7 @@ class Relay:
         for consumer in [c for c in self.consumers() if getattr(c.user, "pk", None) in user_ids]:
             await consumer.recheck_access()
 
-    async def dispatch(self, events: list[Event]) -> None:
+    async def dispatch(self, events: list[Event], *, moved: dict[int, int] | None = None) -> None:
         """Render each affected page part once per role (or per user for private tasks) and push it."""
         cursor = max(e.pk for e in events)
         ended = {e.payload.get("user_id") for e in events if e.task_id is None and e.kind in SESSION_EVENTS}
@@ -328,7 +333,8 @@ class Relay:
                     created.add(e.task_id)
 
         # Tasks that wait on a changed task: their gate and their "Waits on" line follow it (no event of theirs).
-        moved = await database_sync_to_async(dependents_of)(set(by_task))
+        if moved is None:
+            moved = await database_sync_to_async(dependents_of)(set(by_task))
         for task_id, org_id in moved.items():
             by_org[org_id].add(task_id)
         # A breaker opened, half-opened or closed: the header's warning of every page of its organization, and
