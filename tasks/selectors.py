@@ -35,14 +35,18 @@ def primary_membership(user) -> Membership | None:
 
 def visible_tasks(user) -> QuerySet[Task]:
     """Tasks of the user's organizations; a private task only for its creator and the org's admins."""
+    q = visible_tasks_q(user)
+    return Task.objects.none() if q is None else Task.objects.filter(q)
+
+
+def visible_tasks_q(user) -> Q | None:
+    """visible_tasks as a condition on Task (None: the user sees no task at all)."""
     ms = memberships_of(user)
     if not ms:
-        return Task.objects.none()
+        return None
     orgs = [m.org_id for m in ms]
     admin_orgs = [m.org_id for m in ms if m.role == Role.ADMIN]
-    return Task.objects.filter(org_id__in=orgs).filter(
-        Q(private=False) | Q(creator_id=user.pk) | Q(org_id__in=admin_orgs)
-    )
+    return Q(org_id__in=orgs) & (Q(private=False) | Q(creator_id=user.pk) | Q(org_id__in=admin_orgs))
 
 
 def visible_via(user, via: str = "task") -> Q:

@@ -1,7 +1,12 @@
 """A recovery action's card: its context and markup, the task page's recovery column, a run page's repair controls."""
 
+import secrets
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
+from django.utils.html import escape
 
 from recovery import conversation, limits, notify
 from recovery.actions.start_over import duplicate_risk
@@ -18,6 +23,28 @@ from recovery.words.vocabulary import owner, reason_items
 from recovery.words.workspaces import WORKSPACE_KINDS
 from tasks.authz import can_operate
 from tasks.models import WORKSPACE_VALIDATION_FAILED, Agent, Run, Step, Task
+
+# The only viewer-specific words a card holds beside what the viewer's role decides: the viewer's own name as the
+# default owner a repaired workspace action returns to. A render shared by several viewers of one audience
+# (console.live: one render per page and role) writes this unguessable stand-in instead, and each socket's copy
+# gets its viewer's name (escaped, as the template would) in its place: no viewer is ever sent another's name.
+VIEWER_NAME = "viewer-" + secrets.token_hex(16)
+_shared: ContextVar[bool] = ContextVar("console_cards_shared_render", default=False)
+
+
+@contextmanager
+def shared_render():
+    """Cards rendered inside are for every viewer of an audience: the viewer's name is VIEWER_NAME (for_viewer)."""
+    token = _shared.set(True)
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
+def for_viewer(html: str, user) -> str:
+    """A shared render as `user` would have had it rendered for them alone."""
+    return html.replace(VIEWER_NAME, escape(getattr(user, "username", ""))) if VIEWER_NAME in html else html
 
 
 def action_context(
@@ -52,7 +79,7 @@ def action_context(
         "is_workspace": workspace,
         "return_owner": owner(action.return_owner),
         "agents": agents,
-        "username": getattr(user, "username", ""),
+        "username": VIEWER_NAME if _shared.get() else getattr(user, "username", ""),
         "action": action,
         "view": view,
         "reasons": reason_items(evidence.get("reasons")),

@@ -150,7 +150,10 @@ class LiveConsumer(SocketConsumer):
         return [("task", self.task_id), *nav]
 
     def render_key(self) -> tuple:
-        return (self.page, self.obj_id, self.role, self.user.pk if self.private else None)
+        """The audience of a task or run page: the sockets that are sent one shared render. Everything a card's
+        render reads of its viewer: the organization and the role (what it may do, console.cards), and on a private
+        task the viewer themself (who may see it at all is theirs alone; tasks.selectors.task_visible_to)."""
+        return (self.page, self.obj_id, self.org_id, self.role, self.user.pk if self.private else None)
 
     @property
     def selectable(self) -> bool:

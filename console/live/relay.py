@@ -14,12 +14,14 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from functools import partial
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection
 
 from console import alerts, metrics
+from console.cards.actions import for_viewer
 from console.live.access import check_access
 from console.live.snapshots import bulk_snapshot, changes_inbox, inbox_snapshot, nav_count
 from console.live.updates import (
@@ -32,6 +34,7 @@ from console.live.updates import (
     leases_of,
     new_board_row,
     run_update,
+    shared_update,
     task_update,
 )
 from tasks import events
@@ -285,10 +288,15 @@ class Relay:
                 self.gaps.setdefault(missing, now)
             expected = e.pk + 1
 
+    def _read(self) -> tuple[list[Event], dict[int, int]]:
+        """The new events and the tasks that wait on theirs (dependents_of), in one trip to the database thread."""
+        events = self._fetch()
+        return events, (dependents_of({e.task_id for e in events if e.task_id}) if events else {})
+
     async def drain(self) -> None:
-        events = await database_sync_to_async(self._fetch)()
+        events, moved = await database_sync_to_async(self._read)()
         if events:
-            await self.dispatch(events)
+            await self.dispatch(events, moved=moved)
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -305,7 +313,7 @@ class Relay:
         for consumer in [c for c in self.consumers() if getattr(c.user, "pk", None) in user_ids]:
             await consumer.recheck_access()
 
-    async def dispatch(self, events: list[Event]) -> None:
+    async def dispatch(self, events: list[Event], *, moved: dict[int, int] | None = None) -> None:
         """Render each affected page part once per role (or per user for private tasks) and push it."""
         cursor = max(e.pk for e in events)
         ended = {e.payload.get("user_id") for e in events if e.task_id is None and e.kind in SESSION_EVENTS}
@@ -325,7 +333,8 @@ class Relay:
                     created.add(e.task_id)
 
         # Tasks that wait on a changed task: their gate and their "Waits on" line follow it (no event of theirs).
-        moved = await database_sync_to_async(dependents_of)(set(by_task))
+        if moved is None:
+            moved = await database_sync_to_async(dependents_of)(set(by_task))
         for task_id, org_id in moved.items():
             by_org[org_id].add(task_id)
         # A breaker opened, half-opened or closed: the header's warning of every page of its organization, and
@@ -358,31 +367,42 @@ class Relay:
                 if parts:
                     await consumer.push("".join(parts), cursor)
 
-        # Task and run pages: one render per (page, role, private viewer).
+        # Task and run pages: one render per audience (page, organization, role, private viewer), shared by its
+        # sockets; each audience's sockets get their frame as soon as its render is done.
         for task_id, task_events in [*by_task.items(), *((t, []) for t in moved)]:
             run_ids = {e.run_id for e in task_events if e.run_id}
             run_ids |= {e.payload.get("continues") for e in task_events if e.payload.get("continues")}
             new_runs = {e.run_id for e in task_events if e.kind == "run_queued" and e.run_id}
             kinds = {e.kind for e in task_events}
-            renders: dict[tuple, str] = {}
+            audiences: dict[tuple, list] = defaultdict(list)
             for consumer in list(self.subscribers.get(("task", task_id), ())):
                 if consumer.page == "run" and consumer.obj_id not in run_ids:
                     continue
-                key = consumer.render_key()
-                if key not in renders:
-                    if consumer.page == "task":
-                        renders[key] = await database_sync_to_async(task_update)(
-                            task_id,
-                            viewer=consumer.user,
-                            run_ids=run_ids,
-                            new_run_ids=new_runs,
-                            kinds=kinds,
-                            parts=None if task_events else DEPENDENT_PARTS,
-                        )
-                    else:
-                        renders[key] = await database_sync_to_async(run_update)(consumer.obj_id, viewer=consumer.user)
-                if renders[key]:
-                    await consumer.push(renders[key], cursor)
+                audiences[consumer.render_key()].append(consumer)
+            for (page, obj_id, org_id, role, _private_viewer), sockets in audiences.items():
+                if page == "task":
+                    render = partial(
+                        task_update,
+                        task_id,
+                        run_ids=run_ids,
+                        new_run_ids=new_runs,
+                        kinds=kinds,
+                        parts=None if task_events else DEPENDENT_PARTS,
+                    )
+                else:
+                    render = partial(run_update, obj_id)
+                html = await database_sync_to_async(shared_update)(render, sockets[0].user, org_id=org_id, role=role)
+                if html is None:
+                    # The renderer's role moved since its socket's access check: nothing is shared; each socket
+                    # gets its own render (until the re-check that follows a role change closes or updates it).
+                    for consumer in sockets:
+                        own = await database_sync_to_async(render)(viewer=consumer.user)
+                        if own:
+                            await consumer.push(own, cursor)
+                    continue
+                if html:
+                    for consumer in sockets:
+                        await consumer.push(for_viewer(html, consumer.user), cursor)
         await self.dispatch_triage(events, cursor)
         metrics.observe_pushed(events)
 

@@ -1,6 +1,8 @@
 """What a live page is sent when it connects or reconnects: every part of it from saved state, rendered by the
 same templates the page uses; the cursor and the reconnect notice (templates/console/live/fragments.html)."""
 
+from functools import lru_cache
+
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
@@ -24,7 +26,9 @@ RECONNECT_NOTICE = (
 FRAGMENTS = "console/live/fragments.html"
 
 
+@lru_cache(maxsize=64)
 def cursor_fragment(event_id: int) -> str:
+    """The page's cursor; one render per event id, not one per socket of a push to 200 pages."""
     return render_to_string(f"{FRAGMENTS}#cursor", {"event_id": int(event_id)})
 
 

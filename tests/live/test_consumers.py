@@ -465,3 +465,68 @@ async def test_a_workers_page_open_beside_them_does_not_stop_the_access_recheck_
     finally:
         await page.disconnect()
         await workers.disconnect()
+
+
+# --- one render per audience ------------------------------------------------------------------
+
+
+async def test_each_role_gets_its_own_render_and_sockets_of_one_audience_share_one(org, agent, operator, monkeypatch):
+    """Two operators (three sockets) and a viewer on one task page: a pause is rendered twice, once per role; every
+    socket's cards are the cards its own reload draws, and the viewer's hold no operator's controls."""
+    import console.live.relay as relay_module
+
+    colleague = await database_sync_to_async(make_member)(org, "oscar", "operator")
+    viewer = await database_sync_to_async(make_member)(org, "vera", "viewer")
+    task = await database_sync_to_async(task_create)(
+        org=org, actor="t", title="report", agent="builder", input=SAFE_PLAN
+    )
+    renders = []
+    real = relay_module.task_update
+
+    def counted(*args, viewer, **kwargs):
+        renders.append(viewer.username)
+        return real(*args, viewer=viewer, **kwargs)
+
+    monkeypatch.setattr(relay_module, "task_update", counted)
+    sockets = {
+        "operator": await subscribed(f"/ws/tasks/{task.pk}/", operator),
+        "operator, second tab": await subscribed(f"/ws/tasks/{task.pk}/", operator),
+        "colleague": await subscribed(f"/ws/tasks/{task.pk}/", colleague),
+        "viewer": await subscribed(f"/ws/tasks/{task.pk}/", viewer),
+    }
+    users = {"operator": operator, "operator, second tab": operator, "colleague": colleague, "viewer": viewer}
+    try:
+        await database_sync_to_async(task_pause)(actor=operator, task=task)
+        pushed = {}
+        for name, communicator in sockets.items():
+            pushed[name] = (await receive_until(communicator, lambda m: f'id="task-{task.pk}"' in m))[-1]
+        assert len(renders) == 2, renders  # one per role, not one per socket nor per person
+        assert {"vera"} < set(renders) and len(set(renders) & {operator.username, "oscar"}) == 1, renders
+        for name, message in pushed.items():
+            page = await sync_to_async(page_html)(users[name], f"/tasks/{task.pk}/")
+            for part in (f"task-{task.pk}", f"actions-{task.pk}"):
+                assert normalize(outer_html(message, part)) == normalize(outer_html(page, part)), (name, part)
+        resume = "<button>Resume task</button>"
+        assert resume in pushed["operator"] and resume in pushed["colleague"]
+        assert resume not in pushed["viewer"]
+        assert pushed["operator"] == pushed["operator, second tab"]  # the one render, as sent
+    finally:
+        for communicator in sockets.values():
+            await communicator.disconnect()
+
+
+def test_a_shared_render_leaves_the_viewers_own_name_for_each_socket_to_fill_in(org, agent, operator):
+    """The one viewer-specific word of a card (its viewer's name, the owner a repaired workspace returns to) is a
+    stand-in in a render shared by an audience; each socket's copy carries its own viewer's name, escaped."""
+    from console.cards.actions import VIEWER_NAME, action_context, for_viewer, shared_render
+    from recovery.selectors import action_detail
+
+    action = action_detail(operator, unknown_outcome_action(org).pk)
+    assert action_context(action, operator)["username"] == operator.username
+    with shared_render():
+        assert action_context(action, operator)["username"] == VIEWER_NAME
+    colleague = make_member(org, "o<sc>ar", "operator")
+    html = f'<input name="return_owner" value="{VIEWER_NAME}">'
+    assert for_viewer(html, colleague) == '<input name="return_owner" value="o&lt;sc&gt;ar">'
+    assert for_viewer(html, operator) == f'<input name="return_owner" value="{operator.username}">'
+    assert for_viewer("<p>no stand-in</p>", operator) == "<p>no stand-in</p>"
