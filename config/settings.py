@@ -152,16 +152,14 @@ else:
             "max_size": env_int("CONSOLE_DB_POOL_MAX", 20),
             "timeout": float(os.environ.get("CONSOLE_DB_POOL_TIMEOUT") or 15),
         }
-    # The named one-statement paths (tasks/sql: the claim, the checkpoint's writes) ask for server-side prepared
-    # statements, so the server parses and plans each once per connection (pooled connections keep them); psycopg
-    # prepares nothing unless a threshold is set, and Django's own queries are never prepared (its cursors bind on
-    # the client). Behind a pooler that cannot carry prepared statements (pgbouncer in transaction mode before
-    # 1.21): CONSOLE_DB_PREPARE=0.
-    if env_bool("CONSOLE_DB_PREPARE", True):
-        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1  # never by count: only when asked
     test_name = os.environ.get("CONSOLE_PG_TEST_NAME")
     if test_name:
         DATABASES["default"]["TEST"] = {"NAME": test_name}
+
+# The named one-statement paths (tasks/sql: the claim, the checkpoint's writes) are server-side prepared statements,
+# parsed and planned once per connection (pooled connections keep them); Django's own queries never are. Behind a
+# pooler that cannot carry prepared statements (pgbouncer in transaction mode before 1.21): CONSOLE_DB_PREPARE=0.
+CONSOLE_DB_PREPARE = env_bool("CONSOLE_DB_PREPARE", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

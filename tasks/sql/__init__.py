@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 
 HERE = Path(__file__).resolve().parent
@@ -52,23 +53,32 @@ def from_row(model, values):
     return model.from_db(connection.alias, [f.attname for f in fields], converted)
 
 
+# psycopg prepares only on a connection with a `prepare_threshold`, and Django opens its connections with none. A
+# threshold left on the connection would also make psycopg count every query Django sends (up to 100 query texts
+# kept per connection: the bulk preview's peak memory grew with its scope), so it is set for these statements'
+# execution alone, at a value no count reaches.
+ONLY_WHEN_ASKED = 2**62
+
+
 class _PreparedCursor(psycopg.Cursor):
     """Server-side parameters and a statement prepared once per connection (pooled connections keep it):
-    neither the query text nor its plan is built again on every call. psycopg prepares only on a connection
-    with a `prepare_threshold` (Django sets none: config/settings.py sets one no count reaches, so only these
-    statements, which ask, are prepared); without one (CONSOLE_DB_PREPARE=0) they are parsed and planned on
-    every call, as they were until the claim's profile showed it (planning took longer than running)."""
+    neither the query text nor its plan is built again on every call (planning took longer than running).
+    With CONSOLE_DB_PREPARE off, parsed and planned on every call."""
 
     def execute(self, query, params=None, *, prepare=None, binary=None):
-        return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+        if not settings.CONSOLE_DB_PREPARE:
+            return super().execute(query, params, prepare=False, binary=binary)
+        self.connection.prepare_threshold = ONLY_WHEN_ASKED
+        try:
+            return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+        finally:
+            self.connection.prepare_threshold = None
 
 
 def prepared_cursor():
     """A cursor of the default connection that prepares its statements, wrapped as Django's own are
     (errors translated, and logged where queries are: the query-count tests see these statements too)."""
     connection.ensure_connection()
-    # Prepared only if the connection has a threshold (config/settings.py sets one no count reaches, unless
-    # CONSOLE_DB_PREPARE=0): under Django's default `prepare_threshold=None` psycopg ignores `prepare=True`.
     raw = _PreparedCursor(connection.connection)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
