@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.processes import ROOT
 
@@ -55,15 +57,20 @@ def test_the_suite_runs_on_postgresql_where_no_state_directory_exists_yet(tmp_pa
     env["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")
     if not env["DATABASE_URL"].startswith("postgres"):
         env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/postgres"  # the server every machine here runs
-    env["CONSOLE_PG_TEST_NAME"] = f"test_fresh_clone_{os.getpid()}"
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db", *FIRST_TESTS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env["CONSOLE_PG_TEST_NAME"] = name = f"test_fresh_clone_{os.getpid()}"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db", *FIRST_TESTS],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        # The run keeps its database (the suite's --reuse-db): drop it, or every run leaves one on the server.
+        with psycopg.connect(env["DATABASE_URL"], autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
     assert not (var_dir / "test.sqlite3").exists()
