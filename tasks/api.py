@@ -360,22 +360,17 @@ class StepPlanView(RunnerView):
                     worker=request.user, run_id=run_id, epoch=v["epoch"], steps=[dict(c) for c in v["steps"]]
                 )
                 return Response({"steps": [planned(s) for s in steps]}, status=status.HTTP_201_CREATED)
-            with transaction.atomic():
-                step = services.step_plan(
-                    worker=request.user,
-                    run_id=run_id,
-                    epoch=v["epoch"],
-                    seq=v["seq"],
-                    tool=v["tool"],
-                    args=v.get("args"),
-                    parent_seq=v.get("parent_seq"),
-                )
-                answer = planned(step)
-                if v.get("dispatch"):
-                    # All or nothing: a refused dispatch (a stop requested) leaves no plan either.
-                    done = services.step_dispatch(worker=request.user, run_id=run_id, epoch=v["epoch"], seq=step.seq)
-                    answer["phase"] = done.phase
-            return Response(answer, status=status.HTTP_201_CREATED)
+            plan = services.step_plan_dispatch if v.get("dispatch") else services.step_plan
+            step = plan(
+                worker=request.user,
+                run_id=run_id,
+                epoch=v["epoch"],
+                seq=v["seq"],
+                tool=v["tool"],
+                args=v.get("args"),
+                parent_seq=v.get("parent_seq"),
+            )
+            return Response(planned(step), status=status.HTTP_201_CREATED)
 
         return idempotent(request, handle)
 

@@ -758,6 +758,17 @@ def _step_plan(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, pare
     return step
 
 
+def step_plan_dispatch(*, worker: Worker, run_id: int, epoch: int, seq, tool, args, parent_seq=None) -> Step:
+    """Plan step `seq` and dispatch it in one transaction (the runner's `"dispatch": true`: the worker calls the
+    tool right after the answer). All or nothing: a refused dispatch (a stop requested) leaves no plan either,
+    the state a worker that died before planning leaves."""
+    with transaction.atomic():
+        step = step_plan(
+            worker=worker, run_id=run_id, epoch=epoch, seq=seq, tool=tool, args=args, parent_seq=parent_seq
+        )
+        return step_dispatch(worker=worker, run_id=run_id, epoch=epoch, seq=step.seq)
+
+
 def step_dispatch(*, worker: Worker, run_id: int, epoch: int, seq: int) -> Step:
     """Durably record that step `seq` is about to run. The worker runs the tool only after this commits.
 
