@@ -136,10 +136,16 @@ class Repair(models.Model):
     action = models.ForeignKey(RecoveryAction, on_delete=models.CASCADE, related_name="repairs")
     repair = models.CharField(max_length=16, choices=RepairKind.choices)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    # "queued" (a repair job waiting for a worker holding the workspace), "claimed" (a worker is doing it),
+    # then what it came to: "done", "held" (a reconcile that held files), "failed".
     status = models.CharField(max_length=12, default="requested")
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # A repair job (the workspace is on a worker): the label of the workers that may take it, who took it, when.
+    label = models.CharField(max_length=100, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
 
 class SupervisorProcess(models.Model):

@@ -162,6 +162,12 @@ class Task(models.Model):
     budget_used = models.PositiveBigIntegerField(default=0)
     private = models.BooleanField(default=False)
     workspace = models.CharField(max_length=1000, blank=True)
+    # Where a worker holds the workspace (workers anywhere, DESIGN §9): the label of the workers that serve it
+    # (empty: the server's own directory, `workspace`), its key under their root, and the path the last of them
+    # reported (the worker's path, shown as such; the server never opens it).
+    workspace_label = models.CharField(max_length=100, blank=True)
+    workspace_key = models.CharField(max_length=300, blank=True)
+    workspace_root = models.CharField(max_length=1000, blank=True)
     export_destination = models.CharField(max_length=1000, blank=True)
     dependencies = models.ManyToManyField("self", symmetrical=False, blank=True, related_name="dependents")
     # Who closed the task (done / cancelled), when and why; cleared on reopen (the events keep the history).
@@ -519,6 +525,27 @@ WORKSPACE_VALIDATION_FAILED = "workspace_validation_failed"
 def refused_at_admission() -> Q:
     """Runs refused before they started (workspace validation): they continue nothing and supersede nothing."""
     return Q(status=RunStatus.FAILED, started_at__isnull=True, error_code=WORKSPACE_VALIDATION_FAILED)
+
+
+class WorkspaceReport(models.Model):
+    """What a worker holding a task's workspace reported of it: a step's files, a validation before a
+    continuation, a repair's result. The task page and `GET /api/tasks/{id}/workspace/` answer from the last one,
+    with its time and worker: the server never reads that disk itself."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="workspace_reports")
+    run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    kind = models.CharField(max_length=12)  # "step", "validation", "repair"
+    worker = models.CharField(max_length=200)  # the worker's name and instance label
+    label = models.CharField(max_length=100, blank=True)
+    root = models.CharField(max_length=1000, blank=True)  # the workspace's path on the worker
+    checked = models.PositiveIntegerField(default=0)
+    complete = models.BooleanField(default=True)
+    # Differences only: [{"path", "status", "recorded", "actual", "diff"?, "diff_note"?}]
+    files = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task_id", "id"]
 
 
 class WorkspaceFile(models.Model):
