@@ -11,7 +11,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tasks import catalogue, export_roots, schemas, services
+from tasks import catalogue, export_roots, schemas, services, worker_workspaces
 from tasks.auth import IsPerson, IsWorker
 from tasks.authz import require_role
 from tasks.errors import IdempotencyConflict, Invalid, NotFound, PayloadTooLarge, ServiceError
@@ -249,7 +249,17 @@ def claim_data(run: Run) -> dict:
         "messages": messages,
         "dropped": list(carry.get("dropped", [])),
         "workspace": run.task.workspace,
+        "workspace_key": services.workspace_key_of(run.task),
+        **_workspace_check(run),
     }
+
+
+def _workspace_check(run: Run) -> dict:
+    """For a continuation whose workspace a worker holds: the manifest it compares its disk with before running
+    anything, and the paths a person declared a step wrote (their difference is that step's effect)."""
+    if not services.awaits_validation(run):
+        return {}
+    return {"workspace_check": {"manifest": worker_workspaces.manifest_wire(run.task)}}
 
 
 # --- runner API ------------------------------------------------------------------
@@ -273,6 +283,8 @@ class ClaimView(RunnerView):
         kinds = serializers.ListField(
             child=serializers.ChoiceField(choices=RunKind.choices), required=False, allow_null=True, max_length=2
         )
+        # The worker holds its tasks' workspaces on its own disk: {"label", "root"} (tasks.worker_workspaces).
+        workspaces = serializers.JSONField(required=False, allow_null=True)
 
     @extend_schema(request=ClaimInputSerializer, responses={200: schemas.ClaimOut, 204: None})
     def post(self, request):
@@ -282,7 +294,11 @@ class ClaimView(RunnerView):
         def handle():
             v = data.validated_data
             run = services.run_claim(
-                worker=request.user, label=v.get("worker", ""), agents=v.get("agents"), kinds=v.get("kinds")
+                worker=request.user,
+                label=v.get("worker", ""),
+                agents=v.get("agents"),
+                kinds=v.get("kinds"),
+                workspaces=v.get("workspaces"),
             )
             if run is None:
                 return Response(status=status.HTTP_204_NO_CONTENT)
@@ -406,6 +422,8 @@ class StepCompleteView(RunnerView):
             allow_null=True,
             max_length=10_000,
         )
+        # What the step wrote, read by a worker that holds the workspace on its own disk (tasks.worker_workspaces).
+        workspace = serializers.JSONField(required=False, allow_null=True, default=None)
 
     @extend_schema(request=StepCompleteInputSerializer, responses=schemas.StepCompletedOut)
     def post(self, request, run_id: int, seq: int):
@@ -425,6 +443,7 @@ class StepCompleteView(RunnerView):
                 usage=v.get("usage"),
                 result_too_large=v.get("result_too_large", False),
                 files=v.get("files"),
+                workspace=v.get("workspace"),
             )
             return Response({"seq": step.seq, "phase": step.phase, "stop_requested": stop})
 

@@ -6,6 +6,7 @@ lease lapsed, or the run is held by another worker identity.
 """
 
 import json
+import posixpath
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from tasks import checkpoints, lifecycle, payloads
+from tasks import checkpoints, lifecycle, payloads, worker_workspaces
 from tasks.authz import require_role
 from tasks.errors import (
     IdempotencyConflict,
@@ -45,6 +46,7 @@ from tasks.models import (
     Task,
     TaskStatus,
     Worker,
+    WorkspaceReport,
 )
 from tasks.modes import MODEL, PLAN_ONLY_TOOLS, profile_mode
 from tasks.selectors import task_facts, visible_tasks
@@ -270,7 +272,7 @@ def _task_status_after(run: Run) -> str:
 # --- the runner side -------------------------------------------------------
 
 
-def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | None:
+def run_claim(*, worker: Worker, label: str, agents=None, kinds=None, workspaces=None) -> Run | None:
     """Lease the queued run of the worker's organization that has waited longest, whose task is not held.
 
     A run's place in the queue is its chain's (`queued_since`): a continuation is claimed before work
@@ -283,9 +285,17 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
     when nothing is admissible.
 
     `agents` (names) and `kinds` (`plan`, `agent`) narrow what this worker takes; None takes any.
+    `workspaces` (`{"label", "root"}`) says the worker holds its tasks' workspaces on its own disk: it takes
+    only tasks no other label holds, and the task it claims is held by that label from then on
+    (tasks.worker_workspaces).
     """
     label = (label or "").strip()[:100] or worker.name
-    only = _ClaimFilter(agents=None if agents is None else list(agents), kinds=None if kinds is None else list(kinds))
+    held = _held_label(workspaces)
+    only = _ClaimFilter(
+        agents=None if agents is None else list(agents),
+        kinds=None if kinds is None else list(kinds),
+        held=held[0] if held else "",
+    )
     run = None
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         # The statement alone is a transaction of its own: no BEGIN and COMMIT round trips around it. What it
@@ -302,7 +312,9 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
             else:
                 run = _claim(worker, label, only)
                 instance_seen(worker=worker, label=label, claimed=run is not None)
-    if run is not None and run.continues_id is None:
+    if run is not None and held:
+        _hold_workspace(run, *held)
+    elif run is not None and run.continues_id is None:
         _record_baseline(run)
     return run
 
@@ -311,6 +323,38 @@ def run_claim(*, worker: Worker, label: str, agents=None, kinds=None) -> Run | N
 class _ClaimFilter:
     agents: list[str] | None = None
     kinds: list[str] | None = None
+    held: str = ""
+
+
+def _held_label(workspaces) -> tuple[str, str] | None:
+    """The claim's `workspaces` as (label, root), or None when the worker holds no workspaces."""
+    if workspaces is None:
+        return None
+    label = workspaces.get("label") if isinstance(workspaces, dict) else None
+    root = workspaces.get("root") if isinstance(workspaces, dict) else None
+    if not isinstance(label, str) or not label.strip() or len(label) > 100:
+        raise Invalid("`workspaces.label` must be the label of the workspaces the worker holds (1-100 chars).",
+                      field="workspaces.label")  # fmt: skip
+    if not isinstance(root, str) or not root.startswith("/") or len(root) > 600:
+        raise Invalid(
+            "`workspaces.root` must be the worker's absolute path of its workspaces.", field="workspaces.root"
+        )
+    return label.strip(), root
+
+
+def workspace_key_of(task: Task) -> str:
+    """Where the task's workspace lies under a worker's root: `<org>/task-<id>` until a reissue moves it."""
+    return task.workspace_key or f"{task.org.slug}/task-{task.pk}"
+
+
+def _hold_workspace(run: Run, label: str, root: str) -> None:
+    """The claimed run's task is held by the claimer's label, at its path there (one UPDATE when it moved)."""
+    task = run.task
+    key = workspace_key_of(task)
+    path = posixpath.join(root, key)
+    if (task.workspace_label, task.workspace_key, task.workspace_root) != (label, key, path):
+        Task.objects.filter(pk=task.pk).update(workspace_label=label, workspace_key=key, workspace_root=path)
+        task.workspace_label, task.workspace_key, task.workspace_root = label, key, path
 
 
 def _record_baseline(run: Run) -> None:
@@ -342,6 +386,7 @@ def _claim_statement(worker: Worker, label: str, only: _ClaimFilter, *, skipped:
         skipped=skipped,
         agents=only.agents,
         kinds=only.kinds,
+        held=only.held,
         alone=alone,
     )
 
@@ -382,6 +427,7 @@ def _claim_candidates(worker: Worker, skipped: list[int], only: _ClaimFilter):
         qs = qs.filter(kind__in=only.kinds)
     if only.agents is not None:
         qs = qs.filter(agent__name__in=only.agents)
+    qs = qs.filter(Q(task__workspace_label="") | Q(task__workspace_label=only.held))
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return qs.select_related("task__org", "agent")
@@ -462,8 +508,17 @@ def messages_hand_over(run: Run) -> list[int]:
 
 def _claimed(run: Run) -> None:
     """What follows every claim, in its transaction: the listeners. (The workspace baseline of a chain's first
-    run is recorded after the claim's transaction: `_record_baseline`.)"""
+    run is recorded after the claim's transaction: `_record_baseline`.) A continuation whose workspace a worker
+    holds has not started yet: the worker compares its workspace first, and its report starts it or refuses it
+    (`workspace_reported`)."""
+    if awaits_validation(run):
+        return
     lifecycle.run_started(run)
+
+
+def awaits_validation(run: Run) -> bool:
+    """A continuation the worker holding its workspace must validate before it runs anything."""
+    return bool((run.carry or {}).get("validate")) and not (run.carry or {}).get("validated")
 
 
 def _task_follows_claim(task: Task, now) -> None:
@@ -848,6 +903,7 @@ def step_complete(
     usage=None,
     result_too_large: bool = False,
     files=None,
+    workspace=None,
 ) -> tuple[Step, bool]:
     """Record the outcome of a dispatched step; returns it and whether the run should stop.
 
@@ -866,6 +922,7 @@ def step_complete(
         and isinstance(ok, bool)
         and not result_too_large
         and not files
+        and workspace is None
         and units is not None
         and (stored is not None or result is None)
     ):
@@ -894,6 +951,7 @@ def step_complete(
         usage=usage,
         result_too_large=result_too_large,
         files=files,
+        workspace=workspace,
         read_first=True,
     )
 
@@ -929,6 +987,7 @@ def _step_complete(
     usage=None,
     result_too_large: bool = False,
     files=None,
+    workspace=None,
     disk=None,
     read_first: bool = False,
 ) -> tuple[Step, bool]:
@@ -950,6 +1009,9 @@ def _step_complete(
     the run to stop at this boundary. A result the worker could not send whole
     (`result_too_large`) completes the step without a saved result and disables
     recovery for the run, saying why; execution goes on.
+
+    A worker that holds the task's workspace on its own disk sends what the step wrote instead (`workspace`:
+    its entries, tasks.worker_workspaces); that is recorded, and the server reads no disk.
     """
     if not isinstance(ok, bool):
         _held_run(worker=worker, run_id=run_id, epoch=epoch)
@@ -957,6 +1019,10 @@ def _step_complete(
     step = _held_step(worker=worker, run_id=run_id, epoch=epoch, seq=seq, related=("run__task__org",))
     run, task = step.run, step.run.task
     reported = _reported_files(files)
+    report = _worker_report(workspace)
+    held = report is not None or worker_workspaces.held_by_worker(task)
+    if held:
+        reported = []  # the worker's entries say what the step wrote; its disk is not the server's to read
     phase = StepPhase.COMPLETED if ok else StepPhase.FAILED
     usage, usage_detail = usage_units(usage)
     result = _stored(result, "step result")
@@ -974,7 +1040,7 @@ def _step_complete(
         )
     if step.phase != StepPhase.DISPATCHED:
         raise NotEligible(f"Step {seq} is {step.phase}; only a dispatched step can complete.")
-    paths, scan_all = step_paths(step.tool, step.args)
+    paths, scan_all = ([], False) if held else step_paths(step.tool, step.args)
     if read_first and (paths or scan_all or reported):
         raise _ReadFirst(task, [*(paths if ok else []), *reported], scan_all)
     now = timezone.now()
@@ -1000,6 +1066,8 @@ def _step_complete(
         Task.objects.filter(pk=task.pk).update(budget_used=F("budget_used") + usage, updated_at=now)
         task.budget_used += usage
     notes = None
+    if report is not None:
+        _record_reported(task, step, report, owner=run.lease_owner)
     if paths or scan_all or reported:
         notes = _record_files(task, step, paths=paths if ok else [], scan_all=scan_all, reported=reported, disk=disk)
         if notes:
@@ -1036,6 +1104,61 @@ def _record_files(task: Task, step: Step, *, paths, scan_all: bool, reported, di
 
 
 MAX_REPORTED_FILES = 10_000
+
+
+@dataclass(frozen=True)
+class _Reported:
+    entries: dict
+    gone: list
+    scan_all: bool
+    complete: bool
+    root: str
+    label: str
+
+
+def _worker_report(workspace) -> _Reported | None:
+    """A completion's `workspace` (what the step wrote, read by the worker holding the workspace), checked
+    whole before anything is saved."""
+    if workspace is None:
+        return None
+    if not isinstance(workspace, dict):
+        raise Invalid('`workspace` must be {"root", "label", "entries", "gone", "scan_all", "complete"}.',
+                      field="workspace")  # fmt: skip
+    root, label = workspace.get("root", ""), workspace.get("label", "")
+    if not isinstance(root, str) or len(root) > 1000 or not isinstance(label, str) or len(label) > 100:
+        raise Invalid("`workspace.root` and `workspace.label` must be text.", field="workspace")
+    return _Reported(
+        entries=worker_workspaces.clean_entries(workspace.get("entries"), "workspace.entries"),
+        gone=worker_workspaces.clean_paths(workspace.get("gone"), "workspace.gone"),
+        scan_all=workspace.get("scan_all") is True,
+        complete=workspace.get("complete", True) is not False,
+        root=root,
+        label=label,
+    )
+
+
+def _record_reported(task: Task, step: Step, report: _Reported, *, owner: str) -> None:
+    """The worker's entries of what the step wrote, into the manifest, and the report kept (who, where, when)."""
+    worker_workspaces.manifest_apply(
+        task=task,
+        step=step,
+        entries=report.entries,
+        gone=report.gone,
+        drop_unlisted=report.scan_all and report.complete,
+    )
+    WorkspaceReport.objects.create(
+        task=task,
+        run_id=step.run_id,
+        kind="step",
+        worker=owner,
+        label=report.label,
+        root=report.root,
+        checked=len(report.entries) + len(report.gone),
+        complete=report.complete,
+    )
+    if report.root and report.root != task.workspace_root:
+        Task.objects.filter(pk=task.pk).update(workspace_root=report.root)
+        task.workspace_root = report.root
 
 
 def _reported_files(files) -> list[str]:

@@ -270,6 +270,7 @@ def claim_queued_run(
     skipped=(),
     agents=None,
     kinds=None,
+    held: str = "",
     alone: bool = False,
 ):
     """Claim in one statement (PostgreSQL, inside the caller's transaction): see `claim_sql`.
@@ -299,6 +300,9 @@ def claim_queued_run(
         # None takes any: a worker narrows its claim to some agents and/or some kinds of run.
         "agents": None if agents is None else list(agents),
         "kinds": None if kinds is None else list(kinds),
+        # The label of the workspaces the worker holds ("": none): a task a worker holds is claimed only by one
+        # serving the same label (tasks.worker_workspaces).
+        "held": held,
     }
     params["seen"], params["seen_claim"] = poll_due(worker=worker, label=label)
     row = sql.fetch_one(claim_sql(), params)

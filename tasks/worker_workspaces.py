@@ -79,7 +79,7 @@ def clean_entry(raw, where: str = "entries") -> tuple[str, dict]:
         try:
             payloads.decode(link)
         except payloads.PayloadError as exc:
-            raise Invalid(f"`{where}`: link must be text or {{\"$text\": …}}.", field=where) from exc
+            raise Invalid(f'`{where}`: link must be text or {{"$text": …}}.', field=where) from exc
     not_kept = raw.get("not_kept") or ""
     if not_kept not in NOT_KEPT:
         raise Invalid(f"`{where}`: not_kept must be one of {', '.join(n for n in NOT_KEPT if n)}.", field=where)
@@ -167,7 +167,9 @@ def manifest_apply(
     dropped = [k for k in gone if k not in entries]
     if drop_unlisted:
         listed = set(entries)
-        dropped += [k for k in WorkspaceFile.objects.filter(task=task).values_list("path", flat=True) if k not in listed]
+        dropped += [
+            k for k in WorkspaceFile.objects.filter(task=task).values_list("path", flat=True) if k not in listed
+        ]
     for i in range(0, len(dropped), 500):
         WorkspaceFile.objects.filter(task=task, path__in=dropped[i : i + 500]).delete()
     return sorted({*entries, *dropped})

@@ -13,6 +13,7 @@ WITH candidate AS (
       AND NOT t.paused
       AND t.status IN ({open_tasks})
       AND (t.budget_limit IS NULL OR t.budget_used < t.budget_limit)
+      AND (t.workspace_label = '' OR t.workspace_label = %(held)s)
       AND NOT EXISTS (
           SELECT 1 FROM {dep_t} d JOIN {task_t} dt ON dt.id = d.to_task_id
           WHERE d.from_task_id = r.task_id AND dt.status <> '{done}')

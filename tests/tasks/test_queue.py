@@ -145,6 +145,7 @@ def test_the_claim_reads_the_partial_index_of_queued_runs_not_every_run(org, age
             "skipped": [],
             "agents": None,
             "kinds": None,
+            "held": "",
             "seen": True,
             "seen_claim": True,
         }
