@@ -41,6 +41,7 @@ from console.views.task_pages import (
 from console.views.triage import board, inbox, view_delete, view_save
 from recovery.api import breakers as breakers_api
 from recovery.api import notifications as notifications_api
+from recovery.api import runner as runner_api
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -94,6 +95,7 @@ api = [
     ),
     path("notifications/deliveries/", notifications_api.DeliveryListView.as_view(), name="api-notify-deliveries"),
     path("runner/claim/", tasks_api.ClaimView.as_view(), name="runner-claim"),
+    path("runner/runs/<int:run_id>/workspace/", runner_api.WorkspaceReportView.as_view(), name="runner-workspace"),
     path("runner/runs/<int:run_id>/heartbeat/", tasks_api.HeartbeatView.as_view(), name="runner-heartbeat"),
     path("runner/runs/<int:run_id>/steps/", tasks_api.StepPlanView.as_view(), name="runner-step-plan"),
     path(

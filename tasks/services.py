@@ -34,6 +34,7 @@ from tasks.holds import task_hold
 from tasks.models import (
     LEASED_RUN_STATUSES,
     MAX_HANDOVERS_UNREAD,
+    WORKSPACE_VALIDATION_FAILED,
     Agent,
     Message,
     MessageStatus,
@@ -1250,6 +1251,47 @@ def run_end(run: Run, to: str, *, actor, kind: str, payload: dict, expect=None, 
     task_status_follows(run.task_id, _task_status_after(run))
     lifecycle.run_ended(run)
     return run
+
+
+def held_run(*, worker: Worker, run_id: int, epoch) -> Run:
+    """Lock and return the run `worker` holds at `epoch` (StaleLease if not), with its task and organization."""
+    run = _held_run(worker=worker, run_id=run_id, epoch=epoch)
+    run.task = Task.objects.select_related("org").get(pk=run.task_id)
+    return run
+
+
+def run_validated(run: Run) -> None:
+    """The worker holding the workspace found it as the manifest says: the continuation starts now (its attempt
+    and action settle here, not at the claim), in the caller's transaction."""
+    run.carry = {**(run.carry or {}), "validated": True}
+    Run.objects.filter(pk=run.pk).update(carry=run.carry)
+    lifecycle.run_started(run)
+
+
+def run_refused_by_worker(run: Run, *, actor, detail: str, files: int) -> Run:
+    """The worker holding the workspace found it differs from the manifest before the continuation ran anything:
+    the run ends `failed` with `workspace_validation_failed`, as one refused at admission — never started
+    (nothing of it ran), its follow-ups waiting again — in the caller's transaction."""
+    MESSAGES.move_all(
+        Message.objects.filter(run=run),
+        MessageStatus.WAITING,
+        expect=MessageStatus.DELIVERED,
+        run=None,
+        waiting_reason=f"Waiting: run #{run.pk} was refused before it ran (its workspace differs from the manifest).",
+    )
+    return run_end(
+        run,
+        RunStatus.FAILED,
+        actor=actor,
+        kind="run_refused",
+        payload={"error_code": WORKSPACE_VALIDATION_FAILED, "reason": "workspace validation", "files": files},
+        expect=RunStatus.RUNNING,
+        started_at=None,
+        error_code=WORKSPACE_VALIDATION_FAILED,
+        error_detail=detail,
+        finished_at=timezone.now(),
+        carry={**(run.carry or {}), "refused": WORKSPACE_VALIDATION_FAILED},
+    )
 
 
 DIVERGED = "diverged"

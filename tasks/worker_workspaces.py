@@ -131,7 +131,7 @@ def manifest_apply(
     workspace) every row the walk did not list. A non-empty directory is implied by its entries and not kept.
     Returns the keys changed."""
     now = timezone.now()
-    rows = {
+    rows = [
         WorkspaceFile(
             task=task,
             path=key,
@@ -152,10 +152,10 @@ def manifest_apply(
             recorded_at=now,
         )
         for key, e in entries.items()
-    }
+    ]
     if rows:
         WorkspaceFile.objects.bulk_create(
-            list(rows),
+            rows,
             batch_size=500,
             update_conflicts=True,
             unique_fields=["task", "path"],

@@ -25,6 +25,7 @@ from tasks.holds import Hold
 from tasks.models import WORKSPACE_VALIDATION_FAILED, Message, MessageStatus, Run, RunKind, RunStatus, Step, Task
 from tasks.services import run_end, run_enqueue
 from tasks.transitions import MESSAGES
+from tasks.worker_workspaces import held_by_worker
 
 
 def classify_as_stopped(run: Run, steps: list[Step]):
@@ -340,6 +341,12 @@ def continuation_create(
         ]
         for notice in carry["notices"]:
             notice["text"] = notice_text(notice)  # what the agent's model is told (recovery.words.agent_runs)
+    if held_by_worker(source.task):
+        # The worker holding the workspace compares it before the continuation runs anything (its claim hands it
+        # the manifest); what a person declared a step wrote is that step's effect there too.
+        explained = workspaces.declared_by(by_seq, declared_effects)
+        carry["validate"] = True
+        carry["explained"] = {"paths": sorted(explained.paths), "all": explained.everything}
     found = workspaces.admission_check(source=source, declared=workspaces.declared_by(by_seq, declared_effects))
     if found is not None:
         return continuation_refuse(source=source, actor=actor, reason=reason, carry=carry, found=found)

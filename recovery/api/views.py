@@ -681,6 +681,9 @@ def _side(side: dict | None) -> dict | None:
 def workspace_data(task, state: workspaces.WorkspaceState) -> dict:
     return {
         "path": state.path,
+        # "server": the server's own directory, read now; "worker": the worker's path, as it last reported.
+        "path_is": state.on,
+        "report": ({**state.report, "at": state.report["at"].isoformat()} if state.report is not None else None),
         "held": False,
         "exists": state.exists,
         "hold": (
@@ -742,6 +745,10 @@ class TaskWorkspaceView(OperatorView):
             copy = workspaces.HeldCopy.objects.filter(task=task, pk=int(held)).first()
             if copy is None:
                 raise NotFound(f"No held copy #{held} of task #{task_id}.")
+            if task.workspace_label:
+                # A copy on the worker's disk: what the repair reported keeping (the server cannot list it).
+                return Response({"path": copy.path, "path_is": "worker", "held": True, "reason": copy.reason,
+                                 "kept": copy.files, "files": []})  # fmt: skip
             files = workspaces.held_listing(copy)
             return Response(
                 {

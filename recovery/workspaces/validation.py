@@ -31,8 +31,18 @@ from recovery.rules.classify import WORKSPACE_KINDS
 from recovery.rules.gates import workspace_hold
 from tasks.errors import GateClosed
 from tasks.holds import Hold
-from tasks.models import WORKSPACE_VALIDATION_FAILED, Run, RunStatus, Step, StepPhase, Task, WorkspaceFile
+from tasks.models import (
+    WORKSPACE_VALIDATION_FAILED,
+    Run,
+    RunStatus,
+    Step,
+    StepPhase,
+    Task,
+    WorkspaceFile,
+    WorkspaceReport,
+)
 from tasks.selectors import visible_tasks
+from tasks.worker_workspaces import held_by_worker, side_of
 from tasks.workspace import (
     FILE,
     FILE_TOOLS,
@@ -96,7 +106,7 @@ def read_ahead_for(*tasks: Task, budget: Budget | None = None):
     for task in tasks:
         if budget.spent:
             break  # the caller leaves what it could not read for later
-        if task is not None and task.workspace and task.workspace not in found:
+        if task is not None and task.workspace and task.workspace not in found and not held_by_worker(task):
             ahead = read_ahead(task.workspace, known=manifest_identities(task), budget=budget, keep_in=task.org.slug)
             if ahead.limit:  # a walk the budget did not allow is no reading: the block walks for itself
                 found[task.workspace] = ahead
@@ -382,6 +392,8 @@ def admission_check(*, source: Run, declared: Declared) -> tuple[list[wd.FileDif
     if held is not None:
         raise hold_error(held)
     task = source.task
+    if held_by_worker(task):
+        return None  # the worker holding it compares its disk before the continuation runs (`reports`)
     c = compare_task(task)
     explained = {d.path for d in c.diffs} if declared.everything else declared.paths
     differing = wd.differing(c.diffs, explained=explained)
@@ -393,6 +405,8 @@ def admission_check(*, source: Run, declared: Declared) -> tuple[list[wd.FileDif
 def record_declared(*, source: Run, steps: dict[int, Step], performed) -> None:
     """A step a person declared performed: the disk at its paths is recorded as its effect (source `decision`)."""
     task = Task.objects.select_related("org").get(pk=source.task_id)
+    if held_by_worker(task):
+        return  # recorded from the worker's report before the continuation runs (`reports`)
     for seq in performed or ():
         step = steps.get(seq)
         if step is None:
@@ -435,6 +449,9 @@ class WorkspaceState:
     export: Export | None
     exists: bool = True
     bounds: dict = field(default_factory=dict)  # how far the walk reached, when not everywhere (walk_bounds)
+    # Where the workspace is: "server" (read now), or "worker" (as the worker holding it last reported).
+    on: str = "server"
+    report: dict | None = None  # the last report a worker made of it: when, which worker, of what
 
 
 def held_paths(action: RecoveryAction | None) -> dict[str, dict]:
@@ -460,6 +477,8 @@ def workspace_state(task: Task) -> WorkspaceState:
     Read for a page or the API, outside any transaction: content is read only for files whose size, times or
     inode moved since they were recorded, within this request's budget (CONSOLE_WORKSPACE_HASH_BUDGET).
     """
+    if held_by_worker(task):
+        return reported_state(task)
     c = compare_task(task, budget=Budget())
     hold = live_action(task.pk)
     held = held_paths(hold)
@@ -482,6 +501,65 @@ def workspace_state(task: Task) -> WorkspaceState:
         export=Export.objects.filter(task=task).order_by("-id").first(),
         exists=bool(task.workspace) and os.path.isdir(task.workspace),
         bounds=walk_bounds(c.disk),
+    )
+
+
+def _recorded_side(row: WorkspaceFile) -> dict:
+    return _side(recorded_of_row(row), row)
+
+
+def recorded_of_row(r: WorkspaceFile) -> wd.Entry:
+    return wd.Entry(
+        r.size, r.mtime_ns, r.sha256 or None, r.kind, link_text(r.link), r.ctime_ns, r.ino, r.kind == "dir", r.not_kept
+    )
+
+
+def reported_state(task: Task) -> WorkspaceState:
+    """A workspace a worker holds, as it last reported it (the server never reads that disk): every manifest
+    entry, with the status the last validation or repair found for it unless a step recorded it since, and
+    what that report found added. `report` says when, which worker, and of what."""
+    rows = {r.path: r for r in WorkspaceFile.objects.filter(task=task)}
+    checked = WorkspaceReport.objects.filter(task=task, kind__in=("validation", "repair")).order_by("-id").first()
+    found: dict[str, dict] = {}
+    if checked is not None:
+        for item in checked.files:
+            try:
+                found[clean_relpath(item.get("path"))] = item
+            except (UnsafePath, AttributeError):
+                continue
+    files = []
+    for key in sorted(set(rows) | {k for k, i in found.items() if i.get("status") == wd.ADDED}):
+        row, item = rows.get(key), found.get(key)
+        if item is not None and (row is None or row.recorded_at <= checked.created_at):
+            files.append(
+                FileRow(key, item["status"], _recorded_side(row) if row else None, side_of(item.get("actual")), row)
+            )
+        elif row is not None:
+            files.append(FileRow(key, wd.SAME, _recorded_side(row), _recorded_side(row), row))
+    last = WorkspaceReport.objects.filter(task=task).order_by("-id").first()
+    hold = live_action(task.pk)
+    held = held_paths(hold)
+    for f in files:
+        if f.path in held and f.status != wd.SAME:
+            f.status = "held"
+    return WorkspaceState(
+        path=task.workspace_root,
+        files=files,
+        hold=hold,
+        held_copies=list(HeldCopy.objects.filter(task=task).order_by("-id")),
+        export=Export.objects.filter(task=task).order_by("-id").first(),
+        exists=last is not None,
+        on="worker",
+        report=(
+            {
+                "at": last.created_at,
+                "worker": last.worker,
+                "kind": last.kind,
+                "label": last.label or task.workspace_label,
+            }
+            if last is not None
+            else None
+        ),
     )
 
 

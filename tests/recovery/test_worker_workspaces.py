@@ -1,0 +1,146 @@
+"""Workspaces a worker holds on its own disk, through the runner API (workers anywhere, DESIGN §9).
+
+The server never reads that disk: the worker sends each step's entries, and
+before a continuation runs anything it compares its workspace with the manifest
+the claim hands it and reports the result. These tests drive the runner API as
+a remote worker would, with a server workspace root that holds none of the files.
+"""
+
+import hashlib
+import os
+
+import pytest
+
+from recovery.models import RecoveryAction
+from recovery.supervisor.loop import supervise_once
+from tasks.models import Message, Run, Task, WorkspaceFile, WorkspaceReport
+from tests.recovery import engine as e
+
+pytestmark = pytest.mark.django_db
+
+W = "file_write"
+HELD = {"label": "pod-a", "root": "/srv/agent-workspaces"}
+PLAN = [(W, {"path": "draft.md", "content": "first draft\n"}), ("sleep", {"seconds": 0}), ("file_read", {"path": "x"})]
+
+
+def entry(path: str, content: str, *, mtime_ns: int = 1_700_000_000_000_000_000, ino: int = 11) -> dict:
+    data = content.encode()
+    return {
+        "path": path, "kind": "file", "size": len(data), "mtime_ns": mtime_ns, "ctime_ns": mtime_ns, "ino": ino,
+        "sha256": hashlib.sha256(data).hexdigest(), "link": None, "kept": True, "not_kept": "",
+    }  # fmt: skip
+
+
+def claim(runner, **extra):
+    return runner.post("/api/runner/claim/", {"worker": "pod-a-1", "workspaces": HELD, **extra}, format="json")
+
+
+def step(runner, claimed, seq, tool, args, **complete):
+    run, epoch = claimed["run"], claimed["lease_epoch"]
+    r = runner.post(
+        f"/api/runner/runs/{run}/steps/", {"epoch": epoch, "seq": seq, "tool": tool, "args": args, "dispatch": True},
+        format="json",
+    )  # fmt: skip
+    assert r.status_code in (200, 201), r.content
+    r = runner.post(f"/api/runner/runs/{run}/steps/{seq}/complete/", {"epoch": epoch, "ok": True, **complete},
+                    format="json")  # fmt: skip
+    assert r.status_code == 200, r.content
+    return r.json()
+
+
+def crashed_after_writing(org, runner) -> tuple[Task, dict]:
+    """A held task whose first run wrote draft.md on the worker, then died at step 2: the supervisor resumes it."""
+    task = e.start(org, PLAN)
+    claimed = claim(runner).json()
+    step(runner, claimed, 1, W, PLAN[0][1], workspace={"root": "/srv/agent-workspaces/x", "label": "pod-a",
+                                                       "entries": [entry("draft.md", "first draft\n")]})  # fmt: skip
+    r = runner.post(f"/api/runner/runs/{claimed['run']}/steps/",
+                    {"epoch": claimed["lease_epoch"], "seq": 2, "tool": "sleep", "args": {"seconds": 0},
+                     "dispatch": True}, format="json")  # fmt: skip
+    assert r.status_code in (200, 201), r.content
+    e.lapse()
+    supervise_once()  # a replay-safe step was cut off: the continuation is queued
+    return task, claimed
+
+
+def test_a_held_workspace_is_recorded_from_the_workers_entries_and_its_task_goes_only_to_that_label(
+    org, agent, runner, make_token_client
+):
+    from tests.factories import worker_token
+
+    task = e.start(org, PLAN)
+    claimed = claim(runner).json()
+    task.refresh_from_db()
+    assert claimed["workspace_key"] == f"{org.slug}/task-{task.pk}"
+    assert (task.workspace_label, task.workspace_root) == ("pod-a", f"/srv/agent-workspaces/{org.slug}/task-{task.pk}")
+    step(runner, claimed, 1, W, PLAN[0][1], workspace={"root": task.workspace_root, "label": "pod-a",
+                                                       "entries": [entry("draft.md", "first draft\n")]})  # fmt: skip
+    row = WorkspaceFile.objects.get(task=task, path="draft.md")
+    assert (row.sha256, row.seq, row.tool, row.kept) == (entry("draft.md", "first draft\n")["sha256"], 1, W, True)
+    assert not os.path.exists(os.path.join(task.workspace, "draft.md"))  # the server's own directory: untouched
+    e.lapse()
+    supervise_once()
+    # The continuation waits for a worker serving pod-a: a worker with no workspaces, or another label, gets none.
+    other = make_token_client(worker_token(org, "w2"))
+    assert other.post("/api/runner/claim/", {"worker": "plain"}, format="json").status_code == 204
+    assert other.post("/api/runner/claim/", {"worker": "b", "workspaces": {"label": "pod-b", "root": "/b"}},
+                      format="json").status_code == 204  # fmt: skip
+    again = claim(runner).json()
+    assert again["run"] != claimed["run"]
+    assert [m["path"] for m in again["workspace_check"]["manifest"]] == ["draft.md"]
+
+
+def test_a_difference_the_worker_reports_refuses_the_continuation_with_the_files_and_their_diff(
+    org, agent, runner, admin_client
+):
+    task, first = crashed_after_writing(org, runner)
+    Message.objects.count()  # follow-ups are covered by the refusal's run_end (waiting again)
+    cont = claim(runner).json()
+    diff = "--- recorded/draft.md\n+++ workspace/draft.md\n@@ -1 +1,2 @@\n first draft\n+edited by hand\n"
+    body = {
+        "epoch": cont["lease_epoch"], "root": task.workspace_root or "/srv/x", "label": "pod-a", "checked": 2,
+        "files": [
+            {"path": "draft.md", "status": "changed", "recorded": entry("draft.md", "first draft\n"),
+             "actual": entry("draft.md", "first draft\nedited by hand\n", ino=12), "diff": diff},
+            {"path": "notes.txt", "status": "added", "recorded": None, "actual": entry("notes.txt", "mine\n")},
+        ],
+    }  # fmt: skip
+    r = runner.post(f"/api/runner/runs/{cont['run']}/workspace/", body, format="json")
+    assert r.status_code == 200, r.content
+    answer = r.json()
+    assert answer["admitted"] is False
+    run = Run.objects.get(pk=cont["run"])
+    assert (run.status, run.error_code, run.started_at) == ("failed", "workspace_validation_failed", None)
+    assert "2 files differ from the manifest: draft.md changed, notes.txt added." in run.error_detail
+    assert not run.steps.filter(reused_from__isnull=True).exists()  # nothing of it ran
+    action = RecoveryAction.objects.get(pk=answer["action"])
+    assert (action.kind, action.status) == ("workspace_validation", "open")
+    files = {f["path"]: f for f in action.evidence["files"]}
+    assert files["draft.md"]["diff"] == diff and files["draft.md"]["recorded"]["seq"] == 1
+    assert files["notes.txt"]["status"] == "added" and action.evidence["workspace_on"] == "worker"
+    # The operator API answers from that report: the worker's path, who reported it and when.
+    state = admin_client.get(f"/api/tasks/{task.pk}/workspace/").json()
+    assert state["path_is"] == "worker" and state["report"]["worker"].endswith("pod-a-1")
+    assert {f["path"]: f["status"] for f in state["files"]} == {"draft.md": "changed", "notes.txt": "added"}
+    assert WorkspaceReport.objects.filter(task=task, kind="validation").count() == 1
+    # The page shows the action with the file and its diff (the same card as a refusal at admission).
+    page = admin_client.get(f"/tasks/{task.pk}/").content.decode()
+    assert "edited by hand" in page and "draft.md" in page
+
+
+def test_no_difference_starts_the_continuation_and_a_stale_report_is_refused(org, agent, runner):
+    task, first = crashed_after_writing(org, runner)
+    cont = claim(runner).json()
+    run = Run.objects.get(pk=cont["run"])
+    assert run.status == "running"
+    body = {"epoch": cont["lease_epoch"], "root": "/srv/x", "label": "pod-a", "checked": 1, "files": []}
+    stale = runner.post(f"/api/runner/runs/{cont['run']}/workspace/", {**body, "epoch": 999}, format="json")
+    assert stale.status_code == 409
+    r = runner.post(f"/api/runner/runs/{cont['run']}/workspace/", body, format="json")
+    assert r.json() == {"admitted": True}
+    run.refresh_from_db()
+    assert run.carry["validated"] is True
+    bad = runner.post(f"/api/runner/runs/{cont['run']}/workspace/",
+                      {**body, "files": [{"path": "../x", "status": "added", "actual": entry("x", "x")}]},
+                      format="json")  # fmt: skip
+    assert bad.status_code == 400
