@@ -13,7 +13,7 @@ import pytest
 
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
-from tasks.models import Message, Run, Task, WorkspaceFile, WorkspaceReport
+from tasks.models import Run, Task, WorkspaceFile, WorkspaceReport
 from tests.recovery import engine as e
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +48,7 @@ def step(runner, claimed, seq, tool, args, **complete):
     return r.json()
 
 
-def crashed_after_writing(org, runner) -> tuple[Task, dict]:
+def crashed_after_writing(org, runner) -> Task:
     """A held task whose first run wrote draft.md on the worker, then died at step 2: the supervisor resumes it."""
     task = e.start(org, PLAN)
     claimed = claim(runner).json()
@@ -60,7 +60,7 @@ def crashed_after_writing(org, runner) -> tuple[Task, dict]:
     assert r.status_code in (200, 201), r.content
     e.lapse()
     supervise_once()  # a replay-safe step was cut off: the continuation is queued
-    return task, claimed
+    return task
 
 
 def test_a_held_workspace_is_recorded_from_the_workers_entries_and_its_task_goes_only_to_that_label(
@@ -93,8 +93,7 @@ def test_a_held_workspace_is_recorded_from_the_workers_entries_and_its_task_goes
 def test_a_difference_the_worker_reports_refuses_the_continuation_with_the_files_and_their_diff(
     org, agent, runner, admin_client
 ):
-    task, first = crashed_after_writing(org, runner)
-    Message.objects.count()  # follow-ups are covered by the refusal's run_end (waiting again)
+    task = crashed_after_writing(org, runner)
     cont = claim(runner).json()
     diff = "--- recorded/draft.md\n+++ workspace/draft.md\n@@ -1 +1,2 @@\n first draft\n+edited by hand\n"
     body = {
@@ -129,7 +128,7 @@ def test_a_difference_the_worker_reports_refuses_the_continuation_with_the_files
 
 
 def test_no_difference_starts_the_continuation_and_a_stale_report_is_refused(org, agent, runner):
-    task, first = crashed_after_writing(org, runner)
+    crashed_after_writing(org, runner)
     cont = claim(runner).json()
     run = Run.objects.get(pk=cont["run"])
     assert run.status == "running"
