@@ -745,14 +745,11 @@ class TaskWorkspaceView(OperatorView):
             copy = workspaces.HeldCopy.objects.filter(task=task, pk=int(held)).first()
             if copy is None:
                 raise NotFound(f"No held copy #{held} of task #{task_id}.")
-            if task.workspace_label:
-                # A copy on the worker's disk: what the repair reported keeping (the server cannot list it).
-                return Response({"path": copy.path, "path_is": "worker", "held": True, "reason": copy.reason,
-                                 "kept": copy.files, "files": []})  # fmt: skip
             files = workspaces.held_listing(copy)
             return Response(
                 {
                     "path": copy.path,
+                    "path_is": "worker" if task.workspace_label else "server",
                     "held": True,
                     "reason": copy.reason,
                     "kept": copy.files,

@@ -435,6 +435,7 @@ class WorkspaceView:
     empty: str = ""
     counts: str = ""
     walk: str = ""  # what the walk did not reach (walk_note)
+    where: Line | None = None  # a workspace a worker holds: whose path it is, and which report the panel shows
 
 
 def _kept_note(f) -> str:
@@ -540,9 +541,34 @@ def workspace_view(state) -> WorkspaceView:
         }
         for c in state.held_copies
     ]
-    empty = (
-        ""
-        if state.files
-        else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
+    where = None
+    if state.on == "worker":
+        where = worker_report_line(state.report)
+        empty = "" if state.files else "No files recorded yet."
+    else:
+        empty = (
+            ""
+            if state.files
+            else ("The workspace directory is missing on this server." if not state.exists else "No files yet.")
+        )
+    return WorkspaceView(state.path, hold, export, files, copies, empty, counts, walk_note(state.bounds), where)
+
+
+REPORT_KINDS = {
+    "step": "the files a step wrote",
+    "validation": "its check before a continuation",
+    "repair": "a repair it performed",
+}
+
+
+def worker_report_line(report: dict | None) -> Line:
+    """Whose disk a worker-held workspace is on, and how old the panel's knowledge of it is."""
+    if report is None:
+        return ("This path is on the worker that holds the workspace; the server does not read it. "
+                "No worker has reported on it yet.",)  # fmt: skip
+    return (
+        f"This path is on worker {report['worker']} (workspaces {report['label']}); the server does not read it. "
+        f"Shown as that worker reported it ",
+        At(report["at"]),
+        f": {REPORT_KINDS.get(report['kind'], report['kind'])}.",
     )
-    return WorkspaceView(state.path, hold, export, files, copies, empty, counts, walk_note(state.bounds))

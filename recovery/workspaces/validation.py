@@ -565,7 +565,16 @@ def reported_state(task: Task) -> WorkspaceState:
 
 def held_listing(copy: HeldCopy) -> list[FileRow]:
     """The entries a held copy keeps, as they are on disk now (nothing ever removes them); content read within
-    this request's budget."""
+    this request's budget. A copy on a worker's disk is listed as the repair reported keeping it."""
+    if held_by_worker(copy.task):
+        out = []
+        for f in copy.files:
+            try:
+                key = clean_relpath(f.get("path"))
+            except (UnsafePath, AttributeError):
+                continue
+            out.append(FileRow(key, "held", None, {"size": f.get("size"), "sha256": f.get("sha256"), "mtime": None}))
+        return out
     found = scan(copy.path)
     hasher = Hasher(budget=Budget())
     return [

@@ -125,6 +125,7 @@ def test_a_difference_the_worker_reports_refuses_the_continuation_with_the_files
     # The page shows the action with the file and its diff (the same card as a refusal at admission).
     page = admin_client.get(f"/tasks/{task.pk}/").content.decode()
     assert "edited by hand" in page and "draft.md" in page
+    assert "This path is on worker w1/pod-a-1 (workspaces pod-a); the server does not read it." in page
 
 
 def test_no_difference_starts_the_continuation_and_a_stale_report_is_refused(org, agent, runner):
