@@ -42,6 +42,7 @@ from console.views.triage import board, inbox, view_delete, view_save
 from recovery.api import breakers as breakers_api
 from recovery.api import notifications as notifications_api
 from recovery.api import runner as runner_api
+from recovery.api import runner_repairs
 from recovery.api import views as recovery_api
 from recovery.bulk import api as bulk_api
 from tasks import api as tasks_api
@@ -112,6 +113,12 @@ api = [
     path("runner/runs/<int:run_id>/tasks/", tasks_api.ChildTaskView.as_view(), name="runner-child-task"),
     path("runner/agents/<str:name>/tools/", tasks_api.AgentToolsView.as_view(), name="runner-agent-tools"),
     path("runner/runs/<int:run_id>/messages/ack/", tasks_api.MessagesAckView.as_view(), name="runner-messages-ack"),
+    path("runner/repairs/claim/", runner_repairs.RepairClaimView.as_view(), name="runner-repair-claim"),
+    path(
+        "runner/repairs/<int:repair_id>/result/",
+        runner_repairs.RepairResultView.as_view(),
+        name="runner-repair-result",
+    ),
     path("bulk/", bulk_api.BulkListView.as_view(), name="api-bulk"),
     path("bulk/<int:op_id>/", bulk_api.BulkDetailView.as_view(), name="api-bulk-detail"),
     path("bulk/<int:op_id>/execute/", bulk_api.BulkExecuteView.as_view(), name="api-bulk-execute"),

@@ -17,6 +17,7 @@ from recovery.models import (
     RecoveryAction,
     RecoveryAttempt,
     RecoveryBreaker,
+    Repair,
 )
 from tasks.transitions import Machine
 
@@ -97,4 +98,19 @@ BREAKERS = Machine(
     },
     "recovery breaker",
     field="state",
+)
+
+# A repair job (DESIGN §9, workers anywhere): a repair of a workspace a worker holds, done by a worker holding it.
+# queued → claimed (a worker of its label took it) → done | held (a reconcile that held files) | failed (the worker
+# could not, or the action closed meanwhile); claimed → claimed: its claimer went silent and another took it over;
+# queued → failed: the action closed before any worker took it. A repair done on the server is created final.
+JOB_QUEUED, JOB_CLAIMED = "queued", "claimed"
+JOB_PENDING = (JOB_QUEUED, JOB_CLAIMED)
+REPAIRS = Machine(
+    Repair,
+    {
+        JOB_QUEUED: frozenset({JOB_CLAIMED, "failed"}),
+        JOB_CLAIMED: frozenset({JOB_CLAIMED, "done", "held", "failed"}),
+    },
+    "repair job",
 )

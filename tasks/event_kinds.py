@@ -57,7 +57,7 @@ KINDS: dict[str, str] = {
     "messages_requeued": "an operator asked for follow-ups to be delivered again",
     "messages_not_delivered": "follow-ups were marked not delivered (their task closed)",
     # recovery actions (recovery/action_log.py, recovery/actions/commands.py and settle.py,
-    # recovery/workspaces/repairs.py)
+    # recovery/workspaces/repairs.py and repair_jobs.py)
     "action_opened": "a recovery action was opened",
     "action_decided": "a person decided an unknown outcome",
     "action_retry_requested": "a person asked for another attempt",
@@ -67,6 +67,10 @@ KINDS: dict[str, str] = {
     "action_cancelled": "a recovery action was cancelled",
     "action_retired": "a recovery action was retired (its cause no longer holds)",
     "action_repaired": "an admin ran a workspace repair",
+    "action_repair_queued": "an admin asked for a workspace repair a worker holding the workspace does (a repair "
+    "job; the server never opens that disk)",
+    "action_repair_claimed": "a worker holding the workspace took a repair job (or took over one whose worker went "
+    "silent)",
     "action_repair_task_opened": "an admin opened a repair task for a workspace action",
     "action_returned": "a workspace action returned to its owner when its repair task was done",
     # decision deadlines (recovery/notify.py)

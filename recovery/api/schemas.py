@@ -37,6 +37,10 @@ class RepairOut(serializers.Serializer):
     requested_by = serializers.CharField(**Nullable)
     status = serializers.CharField()
     result = serializers.JSONField(**Nullable)
+    # A repair job (the workspace is on a worker): the label of the workers that may do it, who took it, when.
+    label = serializers.CharField(**Nullable)
+    claimed_by = serializers.CharField(**Nullable)
+    claimed_at = serializers.DateTimeField(**Nullable)
     created_at = serializers.DateTimeField()
     completed_at = serializers.DateTimeField(**Nullable)
     summary = serializers.CharField()

@@ -4,11 +4,14 @@ Words come from recovery.words; this module gathers what it needs (the
 live gate, a hold on a queued continuation) and lays out the API's JSON.
 """
 
+from django.utils import timezone
+
 from recovery.words.actions import action_view
 from recovery.words.card import ActionView
 from recovery.words.lines import plain
 from recovery.words.task import task_state
-from recovery.words.workspaces import WORKSPACE_KINDS, repair_line
+from recovery.words.workspaces import JOB_PENDING, WORKSPACE_KINDS, JobFacts, repair_line
+from recovery.workspaces.repair_jobs import label_last_polled, silent_after
 from tasks.api import iso, message_data, step_data
 from tasks.authz import can_admin, can_operate
 from tasks.holds import task_hold
@@ -29,6 +32,7 @@ def action_view_of(action, *, user=None, task_runs: dict | None = None) -> Actio
     gate = (
         current_gate(action, task_runs=task_runs) if action.status in ("open", "exhausted") and not workspace else None
     )
+    repairs = sorted(action.repairs.all(), key=lambda r: r.pk) if workspace else []
     run_hold = None
     if action.status == "retrying":
         latest = runs.get(attempts[-1].continuation_run_id) if attempts else None
@@ -42,8 +46,21 @@ def action_view_of(action, *, user=None, task_runs: dict | None = None) -> Actio
         run_hold=run_hold,
         can_operate=bool(user) and can_operate(user, action.org_id),
         can_admin=bool(user) and can_admin(user, action.org_id),
-        repairs=sorted(action.repairs.all(), key=lambda r: r.pk) if workspace else (),
+        repairs=repairs,
         repair_task=_repair_task(action) if workspace else None,
+        job_facts=_job_facts(action, repairs[-1]) if repairs and repairs[-1].status in JOB_PENDING else None,
+    )
+
+
+def _job_facts(action, job) -> JobFacts:
+    """Whether a worker that could do the action's repair job is asking for work, and whether its claimer is."""
+    since = timezone.now() - silent_after()
+    polled = label_last_polled(action.org_id, job.label)
+    return JobFacts(
+        polled_at=polled[0] if polled else None,
+        polled_by=polled[1] if polled else "",
+        polled_recently=polled is not None and polled[0] >= since,
+        claim_silent=job.claimed_at is not None and job.claimed_at < since,
     )
 
 
@@ -116,6 +133,9 @@ def action_data(action, *, with_gate: bool = False, user=None) -> dict:
                 "requested_by": r.requested_by.username if r.requested_by else None,
                 "status": r.status,
                 "result": r.result,
+                "label": r.label or None,
+                "claimed_by": r.claimed_by or None,
+                "claimed_at": iso(r.claimed_at),
                 "created_at": iso(r.created_at),
                 "completed_at": iso(r.completed_at),
                 "summary": plain(repair_line(r)),

@@ -105,6 +105,7 @@ def action_view(
     can_admin: bool = False,
     repairs: list | tuple = (),
     repair_task=None,
+    job_facts=None,
 ) -> ActionView:
     """Everything an action card (and the API's `next_action`) says.
 
@@ -112,11 +113,17 @@ def action_view(
     their continuation runs to loaded runs; `gate` is the gate that would
     refuse an admission now (for a live action); `run_hold` a hold that keeps a
     queued continuation from starting. A workspace action takes its `repairs`
-    (oldest first) and its `repair_task` (a loaded task, or None).
+    (oldest first), its `repair_task` (a loaded task, or None) and, while a
+    worker holding the workspace has a repair job of it, `job_facts`.
     """
     if action.kind in WORKSPACE_KINDS:
         return workspace_action_view(
-            action, repairs=list(repairs), repair_task=repair_task, can_admin=can_admin, can_operate=can_operate
+            action,
+            repairs=list(repairs),
+            repair_task=repair_task,
+            can_admin=can_admin,
+            can_operate=can_operate,
+            job_facts=job_facts,
         )
     unknown = action.kind == "unknown_outcome"
     evidence = action.evidence or {}

@@ -127,11 +127,50 @@ def _would_hold(f: dict) -> bool:
     return bool(f.get("plan"))
 
 
+# A repair job's status while a worker holding the workspace has not reported it (recovery.transitions.REPAIRS).
+JOB_PENDING = ("queued", "claimed")
+
+# Why a worker could not do a repair job (its error `code`), when it gave no detail.
+JOB_ERRORS = {
+    "content_not_kept": "the worker's content store does not hold the recorded content of every file",
+    "action_closed": "the action closed before the worker reported; its report was kept and not applied",
+}
+
+
+def job_error_text(error: dict) -> str:
+    """A repair job's error as the worker (or the console) reported it: its detail, and the files it names."""
+    code = error.get("code") or "repair_failed"
+    text = error.get("detail") or JOB_ERRORS.get(code, code.replace("_", " "))
+    files = error.get("files") or []
+    return f"{text} ({code}{': ' + _files(files) if files else ''})"
+
+
 def repair_line(repair) -> Line:
-    """What a repair actually did (its saved result), never what was asked for."""
+    """What a repair actually did (its saved result), never what was asked for; a repair job a worker holding
+    the workspace has not reported yet says who asked, and who is doing it."""
     r = repair.result if isinstance(repair.result, dict) else {}
     who = repair.requested_by.username if getattr(repair, "requested_by", None) else "someone"
-    head = (f"{REPAIR_NAMES.get(repair.repair, repair.repair)} by {who} ", At(repair.completed_at or repair.created_at))
+    name = REPAIR_NAMES.get(repair.repair, repair.repair)
+    if repair.status == "queued":
+        return (
+            f"{name} asked by {who} ",
+            At(repair.created_at),
+            f": waiting for a worker holding this workspace (label “{repair.label}”) to take it. Nothing is "
+            "repaired until that worker reports.",
+        )
+    if repair.status == "claimed":
+        return (
+            f"{name} asked by {who} ",
+            At(repair.created_at),
+            f": worker {repair.claimed_by} is doing it since ",
+            At(repair.claimed_at),
+            ". Nothing is repaired until it reports.",
+        )
+    head = (f"{name} by {who} ", At(repair.completed_at or repair.created_at))
+    if r.get("worker"):
+        head = (*head, f" on worker {r['worker']}")
+    if repair.status == "failed" and isinstance(r.get("error"), dict):
+        return (*head, f": failed — {job_error_text(r['error'])}. Nothing was changed.")
     n = r.get("counts") or {}
     if repair.repair == "reconcile":
         held = [h.get("path") for h in r.get("held", [])]
@@ -354,7 +393,46 @@ def evidence_files(action) -> list[FileView]:
     return out
 
 
-def workspace_action_view(action, *, repairs: list, repair_task=None, can_admin: bool, can_operate: bool):
+@dataclass(frozen=True)
+class JobFacts:
+    """What a card waiting for a repair job says about the workers that could do it (read by the caller)."""
+
+    polled_at: datetime | None  # when a worker of the job's label last asked for repair work (within a day)
+    polled_by: str  # which one
+    polled_recently: bool  # within a lease: a worker of that label is there to take it
+    claim_silent: bool  # the claimer has not reported for a lease: another worker of the label may take it over
+
+
+def _job_next(job, facts: JobFacts | None) -> Line:
+    label = f"“{job.label}”"
+    said: Line = ()
+    if job.status == "claimed":
+        said = (f"Worker {job.claimed_by} has the repair since ", At(job.claimed_at))
+        said += (
+            f" and has not reported since: another worker of label {label} takes it over when it next asks for work. "
+            if facts is not None and facts.claim_silent
+            else "; its report decides what this card says next. "
+        )
+    if facts is None or not facts.polled_recently:
+        asked = ("last asked ", At(facts.polled_at), f" ({facts.polled_by})") if facts and facts.polled_at else ()
+        said += (
+            f"No worker holding workspaces labelled {label} is asking for work now",
+            *((" — ", *asked) if asked else (" (none in the last day)",)),
+            ". An operator fixes it: start a worker on the machine that holds this workspace with "
+            f"CONSOLE_WORKER_WORKSPACES set and CONSOLE_WORKER_WORKSPACES_LABEL={job.label}. ",
+        )
+    elif job.status == "queued":
+        said += (
+            f"A worker holding workspaces labelled {label} takes it when it next asks for work (last asked ",
+            At(facts.polled_at),
+            f", {facts.polled_by}). ",
+        )
+    return (*said, "Until its report, continuations and follow-ups wait (workspace hold).")
+
+
+def workspace_action_view(
+    action, *, repairs: list, repair_task=None, can_admin: bool, can_operate: bool, job_facts: JobFacts | None = None
+):
     e = action.evidence or {}
     validation = action.kind == "workspace_validation"
     if validation:
@@ -372,7 +450,16 @@ def workspace_action_view(action, *, repairs: list, repair_task=None, can_admin:
     last = repairs[-1] if repairs else None
     view.result_rows = repair_rows(last)
     status = action.status
-    if status in ("open", "exhausted"):
+    job = last if last is not None and last.status in JOB_PENDING else None
+    if job is not None and status in ("open", "exhausted"):
+        # A worker has the repair to do: the card waits for its report, and offers no second one meanwhile.
+        view.badge, view.tone = (
+            ("Waiting for a worker", "pending") if job.status == "queued" else ("Repairing on a worker", "active")
+        )
+        view.next = _job_next(job, job_facts)
+        if can_admin:
+            view.controls = frozenset({"repair_task"})
+    elif status in ("open", "exhausted"):
         view.badge, view.tone = "Needs decision", "attention"
         held = (
             [h.get("path") for h in (last.result or {}).get("held", [])] if last and last.repair == "reconcile" else []

@@ -17,6 +17,11 @@ another run (409 stale_version), an action that is no longer live (409 with
 its reason), while any writer of the workspace holds a live lease (409
 gate_closed `lease_live`).
 
+When a worker holds the task's workspace on its own disk (`Task.workspace_label`), the server never opens it:
+a reconcile or a reissue is queued as a repair job (status "queued", the workspace's label) for a worker holding
+that workspace to do and report (recovery/workspaces/repair_jobs.py); the action changes only with that report.
+One job at a time per action: another request while one is queued or claimed is refused (409 `repair_pending`).
+
 A repair task (`action_repair_task`) is independent repair work: its own task,
 owned by a chosen agent, working in the same workspace; the action waits with
 that agent and returns to its return owner when the task is done.
@@ -31,6 +36,7 @@ from django.utils import timezone
 from recovery.action_log import action_change, action_check_version, action_locked, action_move
 from recovery.models import LIVE_ACTION_STATUSES, ActionKind, ActionStatus, HeldCopy, RecoveryAction, Repair
 from recovery.rules import workspace_diff as wd
+from recovery.transitions import JOB_PENDING, JOB_QUEUED
 from recovery.workspaces import validation as ws
 from recovery.workspaces.exports import export_run
 from tasks import services
@@ -38,6 +44,7 @@ from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
 from tasks.models import Agent, Membership, Role, Task, WorkspaceFile
 from tasks.services import actor_label
+from tasks.worker_workspaces import held_by_worker
 from tasks.workspace import (
     DIR,
     FIFO,
@@ -82,6 +89,19 @@ def _refuse_unless_live(action: RecoveryAction) -> None:
         raise NotEligible(
             f"Action #{action.pk} is {action.status} ({why}); nothing was repaired.",
             reason=action.status,
+            current_version=action.version,
+        )
+
+
+def _refuse_while_pending(action: RecoveryAction) -> None:
+    job = Repair.objects.filter(action=action, status__in=JOB_PENDING).order_by("id").first()
+    if job is not None:
+        waits = f"worker {job.claimed_by} is doing it" if job.claimed_by else "it waits for a worker holding it"
+        raise NotEligible(
+            f"Repair #{job.pk} ({job.repair}) of this workspace is {job.status}: {waits}. Nothing more was asked; "
+            "its result comes first.",
+            reason="repair_pending",
+            repair=job.pk,
             current_version=action.version,
         )
 
@@ -251,6 +271,8 @@ def action_repair(*, action_id: int, user, version, repair: str, run: int | None
     them), and a retry export that failed again keeps it open with the new error.
     The workspace is read before the repair's transaction (content is never
     hashed while the action is locked); the repair itself compares that reading.
+    A workspace a worker holds is never read: its reconcile or reissue is
+    returned queued (a repair job, `result` None) and done by that worker.
     """
     with ws.read_ahead_for_action(action_id, user):
         return _action_repair(action_id=action_id, user=user, version=version, repair=repair, run=run)
@@ -262,6 +284,7 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
     require_role(user, action.org_id, Role.ADMIN)
     action = RecoveryAction.objects.select_related("task__org", "run__continues", "original_owner").get(pk=action.pk)
     _refuse_unless_live(action)
+    _refuse_while_pending(action)
     action_check_version(action, version)
     if run is not None and run != action.run_id:
         raise StaleVersion(
@@ -276,6 +299,8 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
             field="repair",
         )
     _refuse_while_writing(action)
+    if repair in (RECONCILE, REISSUE) and held_by_worker(action.task):
+        return _queue_job(action, user, repair)
     hint = f"{timezone.now():%Y%m%d-%H%M%S}-{repair}"
     if repair == RECONCILE:
         result, complete, copy = _reconcile(action, hint)
@@ -306,6 +331,21 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
         )
     else:
         action_change(action, actor=user, kind="action_repaired", payload=payload, evidence=action.evidence)
+    return row
+
+
+def _queue_job(action: RecoveryAction, user, repair: str) -> Repair:
+    """The repair as a job for a worker holding the workspace (in the caller's transaction): nothing is read or
+    changed on any disk here, and the action stays as it is until the worker's result (repair_jobs.repair_report).
+    The event changes the card (it now says it waits for a worker) and its version."""
+    label = action.task.workspace_label
+    row = Repair.objects.create(action=action, repair=repair, requested_by=user, status=JOB_QUEUED, label=label)
+    action_change(
+        action,
+        actor=user,
+        kind="action_repair_queued",
+        payload={"repair": row.pk, "name": repair, "label": label, "outcome": JOB_QUEUED},
+    )
     return row
 
 
