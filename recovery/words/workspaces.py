@@ -406,13 +406,14 @@ class JobFacts:
 def _job_next(job, facts: JobFacts | None) -> Line:
     label = f"“{job.label}”"
     said: Line = ()
-    if job.status == "claimed":
-        said = (f"Worker {job.claimed_by} has the repair since ", At(job.claimed_at))
-        said += (
-            f" and has not reported since: another worker of label {label} takes it over when it next asks for work. "
-            if facts is not None and facts.claim_silent
-            else "; its report decides what this card says next. "
+    if job.status == "claimed" and facts is not None and facts.claim_silent:
+        said = (
+            f"Worker {job.claimed_by} took it ",
+            At(job.claimed_at),
+            f" and has not reported since: another worker of label {label} takes it over when it next asks for work. ",
         )
+    elif job.status == "claimed":
+        said = (f"What worker {job.claimed_by} reports decides what this card says next. ",)
     if facts is None or not facts.polled_recently:
         asked = ("last asked ", At(facts.polled_at), f" ({facts.polled_by})") if facts and facts.polled_at else ()
         said += (
