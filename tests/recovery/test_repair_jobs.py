@@ -373,6 +373,15 @@ def test_a_report_for_an_action_closed_meanwhile_is_kept_failed_and_changes_noth
     assert WorkspaceFile.objects.get(task=task, path="draft.md").sha256 == sha("first draft\n")
 
 
+def test_a_job_whose_action_closed_before_a_worker_took_it_ends_failed_and_is_not_handed_out(held, admin_api, runner):
+    _, action = held
+    job_id = repair(admin_api, action).json()["id"]
+    RecoveryAction.objects.filter(pk=action.pk).update(status="cancelled")
+    assert claim(runner).status_code == 204
+    job = Repair.objects.get(pk=job_id)
+    assert (job.status, job.result["error"]["code"]) == ("failed", "action_closed")
+
+
 # --- the card ---------------------------------------------------------------------------------------
 
 

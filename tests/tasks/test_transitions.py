@@ -10,8 +10,8 @@ import runpy
 import pytest
 from django.db import transaction
 
-from recovery.models import ActionStatus, BulkOperation, BulkStatus, RecoveryAction
-from recovery.transitions import ACTIONS, BULK
+from recovery.models import ActionStatus, BulkOperation, BulkStatus, RecoveryAction, Repair
+from recovery.transitions import ACTIONS, BULK, REPAIRS
 from tasks.errors import NotEligible
 from tasks.models import Event, Message, MessageStatus, Run, RunStatus, Task, TaskStatus
 from tasks.transitions import MESSAGES, RUNS, TASKS, IllegalTransition
@@ -25,6 +25,7 @@ MACHINES = {
     "message": (MESSAGES, MessageStatus.values),
     "action": (ACTIONS, ActionStatus.values),
     "bulk": (BULK, BulkStatus.values),
+    "repair": (REPAIRS, ("queued", "claimed", "done", "held", "failed")),
 }
 
 
@@ -46,9 +47,12 @@ def _row(name: str, org, status: str):
     if name == "message":
         Message.objects.create(org=org, task=task, body="hi", status=MessageStatus.WAITING)
         return Message.objects.get(task=task)
-    return RecoveryAction.objects.create(
+    action = RecoveryAction.objects.create(
         org=org, task=task, run=run, kind="continuation", cause="test", evidence={}, original_owner_id=task.agent_id
     )
+    if name == "repair":
+        return Repair.objects.create(action=action, repair="reconcile")
+    return action
 
 
 def pairs():
