@@ -243,15 +243,20 @@ def workspace_confirmations(action) -> dict:
         else ""
     )
     reconcile += ". No file on disk is changed or deleted; what changed since this card was drawn is in its result."
-    return {
-        "reconcile": (reconcile,),
-        "reissue": (
-            f"Isolated reissue builds a fresh directory from the manifest's recorded content, points the task at "
-            f"it, and keeps {e.get('workspace') or 'the current directory'} exactly as it is, as a held copy linked "
-            f"from the task. Run #{action.run_id}'s continuation then runs in the fresh directory; nothing is "
-            "deleted.",
-        ),
-    }
+    reissue = (
+        f"Isolated reissue builds a fresh directory from the manifest's recorded content, points the task at "
+        f"it, and keeps {e.get('workspace') or 'the current directory'} exactly as it is, as a held copy linked "
+        f"from the task. Run #{action.run_id}'s continuation then runs in the fresh directory; nothing is "
+        "deleted."
+    )
+    if e.get("workspace_on") == "worker":
+        # The workspace is on a worker's disk: the repair is that worker's job (recovery/workspaces/repair_jobs.py).
+        on = (
+            f" A worker holding this workspace (label “{e.get('label') or '?'}”) does it on its disk when it next "
+            "asks for work; this card waits for its report and then shows what it did."
+        )
+        reconcile, reissue = reconcile + on, reissue + on
+    return {"reconcile": (reconcile,), "reissue": (reissue,)}
 
 
 @dataclass

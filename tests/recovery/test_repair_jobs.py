@@ -85,7 +85,12 @@ def held(org, agent, tmp_path):
         run=run,
         kind=ActionKind.WORKSPACE_VALIDATION,
         cause="workspace_validation_failed",
-        evidence={"files": [{"path": "draft.md", "status": "changed"}], "counts": {"changed": 1}},
+        evidence={
+            "files": [{"path": "draft.md", "status": "changed"}],
+            "counts": {"changed": 1},
+            "workspace_on": "worker",
+            "label": LABEL,
+        },
         recovery_owner="role:admin",
     )
     task.refresh_from_db()
@@ -387,7 +392,13 @@ def test_a_job_whose_action_closed_before_a_worker_took_it_ends_failed_and_is_no
 
 def test_the_card_says_it_waits_for_a_worker_and_who_can_start_one(held, admin_api, runner, admin_user):
     task, action = held
-    repair(admin_api, action)
+    assert "A worker holding this workspace (label “box-a”) does it on its disk" in card_text(admin_user, task, action)
+    page = Client()
+    page.force_login(admin_user)
+    body = {"version": action.version, "run": action.run_id, "repair": "reconcile"}
+    answer = page.post(f"/actions/{action.pk}/repair/", body, HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200
+    assert "waiting for a worker holding this workspace" in visible_text(answer.content.decode())
     text = card_text(admin_user, task, action)
     assert "Waiting for a worker" in text
     assert "Reconcile asked by ada" in text and "waiting for a worker holding this workspace" in text
