@@ -185,3 +185,24 @@ def test_a_failed_export_on_the_worker_opens_the_export_action_with_its_error(or
     assert r.json()["ok"] is False
     action = RecoveryAction.objects.get(run_id=claimed["run"], kind="workspace_export")
     assert action.status == "open" and action.evidence["error"] == error
+
+
+def test_a_retry_whose_worker_dies_before_its_check_is_not_called_continued_and_its_action_opens_again(
+    org, agent, runner, api
+):
+    from recovery.models import RecoveryAttempt
+
+    action = e.parked(org, [("sleep", {"seconds": 0}), (W, {"path": "a.md", "content": "a"})], 2)
+    Task.objects.filter(pk=action.task_id).update(workspace_label="pod-a")  # held by the pod-a workers
+    r = api.post(f"/api/actions/{action.pk}/retry/", {"version": action.version, "accept_duplicate_risk": True},
+                 format="json")  # fmt: skip
+    assert r.status_code == 202, r.content
+    cont = claim(runner).json()
+    assert "workspace_check" in cont
+    action.refresh_from_db()
+    assert action.status == "retrying"  # claimed, not yet checked: nothing is said to have continued
+    e.lapse()  # the worker died before it reported its check
+    action.refresh_from_db()
+    attempt = RecoveryAttempt.objects.get(action=action)
+    assert attempt.outcome == "rejected" and "stopped renewing its lease" in attempt.rejected_detail
+    assert action.status == "open"
