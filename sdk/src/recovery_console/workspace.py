@@ -758,8 +758,7 @@ def reissue(workspace: str, root: str, job: Mapping[str, Any]) -> dict:
     A new directory `<workspace>.reissue-<hint>` is built from the manifest: files from the store with their
     recorded mtime, links, empty directories and FIFOs made again; sockets and devices listed in `not_remade`.
     The old directory is left as it is; how it differed from the manifest is in `kept_differences`."""
-    org = plain_name(job.get("org"), "org")
-    store = Store(workspace, org)
+    store = Store(workspace, org_of(job.get("workspace_key")))
     manifest = job.get("manifest") or []
     entries = sorted(
         (e for e in map(Entry.from_wire, manifest) if e is not None), key=lambda e: (e.kind != "file", _parts(e.path))
