@@ -312,8 +312,9 @@ class Walk:
         return self.complete or parts <= self.last
 
 
-def walk(workspace: str, limit: int = MAX_ENTRIES) -> Walk:
-    """Every entry under `workspace`, depth first in path order, at most `limit`; only lstat, nothing opened."""
+def walk(workspace: str, limit: int | None = None) -> Walk:
+    """Every entry under `workspace`, depth first in path order, at most `limit` (MAX_ENTRIES); only lstat."""
+    limit = MAX_ENTRIES if limit is None else limit
     out = Walk()
     try:
         top = os.open(workspace, DIR_FLAGS)
