@@ -159,7 +159,10 @@ def test_validation_lists_what_changed_was_added_or_is_missing_with_a_diff_from_
     put(ws, "gone.txt", "bye\n")
     put(ws, "same.txt", "same\n")
     put(ws, "blob.bin", "a\x00b")
+    put(ws, "restored.txt", "abc\n")
     manifest = recorded(ws)
+    # The same size and mtime but other content: its ctime moved, so it is read and compared.
+    put(ws, "restored.txt", "xyz\n", mtime_ns=by_path(manifest)[key("restored.txt")]["mtime_ns"])
     put(ws, "changed.txt", "one\nthree\n")
     os.remove(os.path.join(ws, "gone.txt"))
     put(ws, "added.txt", "new\n")
@@ -168,9 +171,10 @@ def test_validation_lists_what_changed_was_added_or_is_missing_with_a_diff_from_
     os.utime(os.path.join(ws, "same.txt"), ns=(moved, moved))  # moved times, the same content: the same file
     report = w.validate(ws, "acme", manifest, label="box-1")
     assert report["root"] == ws and report["label"] == "box-1" and report["complete"] is True
-    assert report["checked"] == 5 and "more" not in report
+    assert report["checked"] == 6 and "more" not in report
     files = by_path(report["files"])
-    assert sorted(files) == [key("added.txt"), key("blob.bin"), key("changed.txt"), key("gone.txt")]
+    assert sorted(files) == [key(p) for p in ("added.txt", "blob.bin", "changed.txt", "gone.txt", "restored.txt")]
+    assert files[key("restored.txt")]["diff"].endswith("-abc\n+xyz\n")
     changed = files[key("changed.txt")]
     assert changed["status"] == "changed" and changed["recorded"]["sha256"] == sha("one\ntwo\n")
     assert changed["actual"]["sha256"] == sha("one\nthree\n")

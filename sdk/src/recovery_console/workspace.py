@@ -47,8 +47,8 @@ LISTED = 200  # differences a validation report lists; the rest are counted
 CHUNK = 1024 * 1024
 FILE_TOOLS = ("file_write", "file_edit")
 REMADE = ("link", "dir", "fifo")  # what a reissue makes again; sockets and devices belong to their makers
-# A file changed within the kernel clock's tick may change again without its times moving: its hash is not
-# remembered by identity until it is older than this.
+# A file changed within the kernel clock's tick may change again without its ctime moving: a file this recent is
+# read only once its ctime is this old, so the identity reported with its hash changes with any later write.
 RACY_NS = 50_000_000
 
 SHA_RE = re.compile("[0-9a-f]{64}")  # a manifest's hash names a file of the store: nothing else is taken
@@ -438,6 +438,10 @@ def hashed(workspace: str, entry: Entry, store: Store) -> Entry:
         return replace(entry, not_kept="unreadable")
     try:
         st = os.fstat(fd)
+        age = time.time_ns() - st.st_ctime_ns
+        if age < RACY_NS:
+            time.sleep((RACY_NS - age) / 1e9)
+            st = os.fstat(fd)
         digest, content, size = hashlib.sha256(), [], 0
         while chunk := os.read(fd, CHUNK):
             digest.update(chunk)
@@ -456,7 +460,7 @@ def hashed(workspace: str, entry: Entry, store: Store) -> Entry:
             kept, not_kept = True, ""
         except OSError:
             not_kept = "store_error"
-    if size == st.st_size and time.time_ns() - st.st_ctime_ns > RACY_NS:
+    if size == st.st_size:
         with _hashes_lock:
             _hashes[(workspace, entry.path, *entry.identity)] = (sha, kept, not_kept)
             while len(_hashes) > HASHES_KEPT:
