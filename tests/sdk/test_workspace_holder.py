@@ -16,6 +16,7 @@ import pytest
 
 from recovery_console import Console, payloads
 from recovery_console import workspace as w
+from recovery_console.reference.agent import PlanAgent
 from recovery_console.serve import Outcome, execute, serve
 
 ODD = os.fsdecode(b"caf\xe9.txt")  # a name that is not UTF-8, as Python spells it
@@ -118,6 +119,17 @@ def test_a_walk_cut_short_says_so(ws, monkeypatch):
     assert [e["path"] for e in report["entries"]] == ["a.txt", "b.txt", "c.txt"] and report["complete"] is False
     walked = w.walk(ws)
     assert walked.covers("b.txt") and not walked.covers("d.txt")
+
+
+def test_a_directory_the_walk_cannot_read_hides_nothing_as_gone(ws, monkeypatch):
+    put(ws, "locked/a.txt", "a")
+    put(ws, "z.txt", "z")
+    manifest = recorded(ws)
+    readable = w._listed
+    monkeypatch.setattr(w, "_listed", lambda dfd, name: None if name == b"locked" else readable(dfd, name))
+    report = w.validate(ws, "acme", manifest, label="b")
+    assert report["complete"] is False and report["files"] == []
+    assert w.step_report(ws, "acme", "bash", {"command": "true"}, None, True, label="b")["complete"] is False
 
 
 def test_a_large_file_is_hashed_but_not_kept_and_a_huge_one_is_not_read(ws, monkeypatch):
@@ -437,3 +449,20 @@ def test_an_idle_holding_worker_does_repair_jobs_and_reports_a_failure_as_a_work
     assert done["ok"] is True and [a["path"] for a in done["result"]["adopted"]] == ["a.txt"]
     assert failed["ok"] is False and failed["error"]["code"] == "worker_error"
     assert "ValueError" in failed["error"]["detail"]
+
+
+def test_the_reference_worker_runs_its_plan_in_the_held_workspace_and_reports_each_change(holder):
+    steps = [
+        {"tool": "file_write", "args": {"path": "a.txt", "content": "one\n"}},
+        {"tool": "bash", "args": {"command": "echo two > b.txt"}},
+    ]
+    fake = FakeConsole(claims=[claim(kind="plan", input={"steps": steps})])
+    with fake.console() as console:
+        assert serve(console, None, PlanAgent(), once=True, handle_signals=False, holder=holder) == 1
+    ws = os.path.join(holder.root, "acme", "task-7")
+    assert read(os.path.join(ws, "a.txt")) == "one\n" and read(os.path.join(ws, "b.txt")) == "two\n"
+    wrote, ran = (body["workspace"] for body in fake.sent("/complete/"))
+    assert [(e["path"], e["sha256"]) for e in wrote["entries"]] == [("a.txt", sha("one\n"))]
+    assert wrote["scan_all"] is False and ran["scan_all"] is True and ran["complete"] is True
+    assert [(e["path"], e["sha256"]) for e in ran["entries"]] == [("a.txt", sha("one\n")), ("b.txt", sha("two\n"))]
+    assert fake.sent("/finish/")[0]["status"] == "succeeded"

@@ -278,14 +278,10 @@ def entry_at(workspace: str, path: str) -> Entry | None:
         return None
     try:
         st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-        empty = False
-        if stat.S_ISDIR(st.st_mode):
-            sub = os.open(parts[-1], DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
-            try:
-                empty = not os.listdir(sub)
-            finally:
-                os.close(sub)
-        return _described(dfd, parts[-1], path, st, empty=empty)
+        below = _listed(dfd, parts[-1]) if stat.S_ISDIR(st.st_mode) else None
+        if below is not None:
+            os.close(below[0])
+        return _described(dfd, parts[-1], path, st, empty=below is not None and not below[1])
     except OSError:
         return None
     finally:
@@ -296,8 +292,8 @@ def entry_at(workspace: str, path: str) -> Entry | None:
 class Walk:
     """A bounded walk: every entry it saw by path (non-empty directories too, for comparing), in path order.
 
-    `complete` is False when it stopped at its bound; nothing after `last` is known then, nor anything under a
-    directory it could not read (`unread`)."""
+    `complete` is False when it stopped at its bound or could not read a directory: nothing after `last` is
+    known then, nor anything under a directory it could not read (`unread`)."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
     complete: bool = True
@@ -311,18 +307,37 @@ class Walk:
             return False
         return self.complete or parts <= self.last
 
+    def cut(self, parts: tuple[bytes, ...]) -> None:
+        """The directory at `parts` could not be read: what is under it is not known."""
+        self.unread.append(parts)
+        self.complete = False
+
+
+def _listed(dfd: int | None, name: bytes | str) -> tuple[int, list[bytes]] | None:
+    """A directory's descriptor (never through a link) and its names in order, or None when it cannot be read."""
+    try:
+        fd = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+    except OSError:
+        return None
+    try:
+        return fd, _names(fd)
+    except OSError:
+        os.close(fd)
+        return None
+
 
 def walk(workspace: str, limit: int | None = None) -> Walk:
     """Every entry under `workspace`, depth first in path order, at most `limit` (MAX_ENTRIES); only lstat."""
     limit = MAX_ENTRIES if limit is None else limit
     out = Walk()
-    try:
-        top = os.open(workspace, DIR_FLAGS)
-    except OSError:
+    if not os.path.lexists(workspace):
         return out  # no workspace: nothing in it
-    stack: list[tuple[int, tuple[bytes, ...], Iterable[bytes]]] = []
+    top = _listed(None, workspace)
+    if top is None:
+        out.cut(())
+        return out
+    stack = [(top[0], (), iter(top[1]))]
     try:
-        stack.append((top, (), iter(_names(top))))
         while stack:
             fd, prefix, names = stack[-1]
             name = next(names, None)
@@ -344,26 +359,16 @@ def walk(workspace: str, limit: int | None = None) -> Walk:
             except OSError:
                 continue  # gone while walked
             out.last = parts
-            try:
-                sub = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError:
-                out.unread.append(parts)
+            below = _listed(fd, name)
+            if below is None:
+                out.cut(parts)
                 out.entries[path] = _described(fd, name, path, st)
-                continue
-            try:
-                children = _names(sub)
-            except OSError:
-                os.close(sub)
-                out.unread.append(parts)
+            elif below[1]:
+                stack.append((below[0], parts, iter(below[1])))
                 out.entries[path] = _described(fd, name, path, st)
-                continue
-            out.entries[path] = _described(fd, name, path, st, empty=not children)
-            if children:
-                stack.append((sub, parts, iter(children)))
             else:
-                os.close(sub)
-    except OSError:
-        out.unread.append(())
+                os.close(below[0])
+                out.entries[path] = _described(fd, name, path, st, empty=True)
     finally:
         for fd, _, _ in stack:
             os.close(fd)
@@ -697,6 +702,7 @@ def _remake(top: str, entry: Entry) -> None:
 
 def _fresh_dir(parent: str, base: str) -> str:
     """A new, empty directory `parent/base` (`base-2`, … when taken): an existing one is never reused."""
+    os.makedirs(parent, mode=0o700, exist_ok=True)
     for n in range(1, 1000):
         path = os.path.join(parent, base if n == 1 else f"{base}-{n}")
         try:
