@@ -407,6 +407,23 @@ def test_a_holding_worker_claims_with_its_workspaces_works_in_its_own_and_report
     assert fake.sent("/finish/")[0]["status"] == "succeeded"
 
 
+def test_a_claim_without_a_workspace_key_is_served_as_before(holder):
+    legacy = claim()
+    del legacy["workspace_key"]
+    fake = FakeConsole(claims=[legacy])
+    seen = []
+
+    def agent(run):
+        seen.append(run.workspace)
+        run.tool("file_write", {"path": "notes.md"}, lambda: {}, files=["notes.md"])
+
+    with fake.console() as console:
+        assert serve(console, None, agent, once=True, handle_signals=False, holder=holder) == 1
+    assert seen == ["/srv/console/workspaces/acme/task-7"]
+    [done] = fake.sent("/complete/")
+    assert done["files"] == ["notes.md"] and "workspace" not in done
+
+
 def test_a_continuation_not_admitted_runs_nothing_and_writes_no_end(holder, ws):
     put(ws, "a.txt", "v1\n")
     manifest = recorded(ws)

@@ -427,8 +427,8 @@ HASHES_KEPT = 50_000
 
 def hashed(workspace: str, entry: Entry, store: Store) -> Entry:
     """`entry` with its sha256 (a regular file up to HASH_MAX) and its content kept in `store` (up to KEEP_MAX)."""
-    if entry.kind != "file":
-        return entry
+    if entry.kind != "file" or entry.sha256 or entry.not_kept:
+        return entry  # nothing to read, or read already
     if entry.size > HASH_MAX:
         return replace(entry, not_kept="hash_too_large")
     known = (workspace, entry.path, *entry.identity)
