@@ -424,6 +424,17 @@ def test_a_claim_without_a_workspace_key_is_served_as_before(holder):
     assert done["files"] == ["notes.md"] and "workspace" not in done
 
 
+def test_a_claim_whose_workspace_key_leaves_the_root_fails_the_run_before_anything_runs(holder):
+    fake = FakeConsole()
+    called = []
+    with fake.console() as console:
+        outcome = execute(console, claim(workspace_key="acme/../../etc"), called.append, holder=holder)
+    assert outcome is Outcome.FAILED and called == []
+    [finish] = fake.sent("/finish/")
+    assert finish["status"] == "failed" and finish["error_code"] == "no_workspace"
+    assert not os.path.exists(os.path.join(os.path.dirname(holder.root), "etc"))
+
+
 def test_a_continuation_not_admitted_runs_nothing_and_writes_no_end(holder, ws):
     put(ws, "a.txt", "v1\n")
     manifest = recorded(ws)

@@ -37,6 +37,7 @@ from recovery_console.errors import (
     Interrupted,
     LeaseLost,
     Refused,
+    RunFailed,
     ShuttingDown,
     StepFailed,
     StopRequested,
@@ -227,7 +228,12 @@ class Run:
         # A worker holding workspaces works in its own `<root>/<workspace_key>` and reports what its steps change;
         # the claim's `workspace` is the server's path, which need not exist on this host.
         self.holder = holder if holder is not None and claim.get("workspace_key") else None
-        self.workspace: str | None = self.holder.path_for(claim) if self.holder else claim.get("workspace")
+        self._no_workspace: str | None = None  # why the held workspace could not be made (the run then fails)
+        try:
+            self.workspace: str | None = self.holder.path_for(claim) if self.holder else claim.get("workspace")
+        except (ValueError, OSError) as exc:
+            self.workspace = None
+            self._no_workspace = f"The workspace {claim.get('workspace_key')!r} cannot be made on this worker: {exc}"
         self.input: Any = payloads.decode(claim.get("input"))
         kind = claim.get("kind")
         if kind not in ("plan", "agent"):
@@ -719,7 +725,10 @@ class Run:
         """Before anything runs: compare the held workspace with the claim's `workspace_check` and report it.
 
         True when there is nothing to check or the console admitted the run. False when it did not: the console
-        has already failed the run (`workspace_validation_failed`), so nothing more is written for it."""
+        has already failed the run (`workspace_validation_failed`), so nothing more is written for it. Raises
+        `RunFailed` (`no_workspace`) when the held workspace could not be made."""
+        if self._no_workspace is not None:
+            raise RunFailed("no_workspace", self._no_workspace)
         check = self.claim.get("workspace_check")
         if not isinstance(check, Mapping):
             return True
