@@ -45,7 +45,7 @@ from recovery_console.errors import (
     StopRequested,
 )
 from recovery_console.run import Run
-from recovery_console.workspace import Holder, reconcile, reissue
+from recovery_console.workspace import Holder, org_of, reconcile, reissue
 
 log = logging.getLogger("recovery_console")
 
@@ -190,7 +190,14 @@ def _finish(
     return outcome
 
 
-def repair(console: Console, holder: Holder, worker: str, job: Mapping[str, Any], **kw: Any) -> bool:
+def repair(
+    console: Console,
+    holder: Holder,
+    worker: str,
+    job: Mapping[str, Any],
+    *,
+    give_up: Callable[[], bool] | None = None,
+) -> bool:
     """Do one repair job on this worker's disk and post what it did; whether it was done (`ok`).
 
     A job that raises is reported as not done, `worker_error` with the exception's text."""
@@ -198,7 +205,7 @@ def repair(console: Console, holder: Holder, worker: str, job: Mapping[str, Any]
         workspace = holder.path_for(job, create=False)
         kind = job.get("kind")
         if kind == "reconcile":
-            done = reconcile(workspace, job.get("org"), job)
+            done = reconcile(workspace, org_of(job.get("workspace_key")), job)
         elif kind == "reissue":
             done = reissue(workspace, holder.root, job)
         else:
@@ -216,7 +223,7 @@ def repair(console: Console, holder: Holder, worker: str, job: Mapping[str, Any]
         "done" if done["ok"] else f"not done: {done['error']['detail']}",
     )
     console.repair_result(
-        job.get("repair"), worker, ok=done["ok"], result=done["result"], error=done.get("error"), **kw
+        job.get("repair"), worker, ok=done["ok"], result=done["result"], error=done.get("error"), give_up=give_up
     )
     return done["ok"]
 
