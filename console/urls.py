@@ -97,6 +97,8 @@ api = [
     path("notifications/deliveries/", notifications_api.DeliveryListView.as_view(), name="api-notify-deliveries"),
     path("runner/claim/", tasks_api.ClaimView.as_view(), name="runner-claim"),
     path("runner/runs/<int:run_id>/workspace/", runner_api.WorkspaceReportView.as_view(), name="runner-workspace"),
+    path("runner/exports/claim/", runner_api.ExportClaimView.as_view(), name="runner-export-claim"),
+    path("runner/exports/<int:export_id>/result/", runner_api.ExportResultView.as_view(), name="runner-export-result"),
     path("runner/runs/<int:run_id>/heartbeat/", tasks_api.HeartbeatView.as_view(), name="runner-heartbeat"),
     path("runner/runs/<int:run_id>/steps/", tasks_api.StepPlanView.as_view(), name="runner-step-plan"),
     path(

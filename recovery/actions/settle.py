@@ -11,6 +11,7 @@ from recovery.action_log import action_open
 from recovery.models import ActionKind, ActionStatus, AttemptOutcome, RecoveryAttempt
 from recovery.transitions import ACTIONS, ATTEMPTS
 from tasks.models import Run, RunStatus
+from tasks.services import awaits_validation
 from tasks.transitions import NewEvent
 
 ENDED = {
@@ -63,10 +64,16 @@ def on_run_ended(run: Run) -> None:
     attempt = _attempt_of(run)
     if attempt is None:
         return
-    if run.started_at is not None:
+    if run.started_at is not None and not awaits_validation(run):
         ATTEMPTS.move(attempt.pk, ENDED.get(run.status, AttemptOutcome.FAILED), strict=False)
         return
-    detail = run.error_detail or f"run #{run.pk} was {run.status} before any worker started it"
+    # Never started, or claimed by the worker holding its workspace and ended before that worker's check
+    # admitted it (its lease lapsed first): the attempt was not admitted, and its action is open again.
+    detail = run.error_detail or (
+        f"run #{run.pk} was {run.status} before any worker started it"
+        if run.started_at is None
+        else f"run #{run.pk} was {run.status} before its worker checked the workspace"
+    )
     ATTEMPTS.move(attempt.pk, AttemptOutcome.REJECTED, strict=False, rejected_detail=detail[:300])
     action = attempt.action
     ACTIONS.move(

@@ -27,6 +27,7 @@ from recovery.action_log import action_open
 from recovery.humanize import os_error_text
 from recovery.models import ActionKind, Export, HeldCopy
 from tasks import payloads
+from tasks.errors import Invalid, NotEligible, NotFound
 from tasks.events import event_append
 from tasks.export_roots import destination_refusal
 from tasks.models import Run, RunStatus, Task
@@ -281,7 +282,8 @@ def exports_run(limit: int = 20, *, label: str = "supervisor") -> list[int]:
     large workspace holds no row and no pass of other work), and recorded in another.
     """
     done = []
-    for run_id in list(runs_to_export().values_list("pk", flat=True)[:limit]):
+    # A workspace a worker holds is exported by that worker (`export_job_claim`): the server never reads it.
+    for run_id in list(runs_to_export().filter(task__workspace_label="").values_list("pk", flat=True)[:limit]):
         export = export_claim(run_id=run_id, label=label)
         if export is None:
             continue
@@ -290,3 +292,68 @@ def exports_run(limit: int = 20, *, label: str = "supervisor") -> list[int]:
         if export_finish(export=export, result=result, ok=ok, error=error, actor="supervisor"):
             done.append(export.pk)
     return done
+
+
+# --- exports of a workspace a worker holds: jobs of the runner API -------------------------------------------
+
+
+def export_job_claim(*, worker, label: str) -> dict | None:
+    """The next export a worker serving `label` does on its own disk: a run of a task it holds that succeeded
+    and was not exported (claimed as the supervisor claims one), or None. A destination the organization's
+    export roots refuse is recorded as failed here, with the refusal, and never handed out."""
+    runs = runs_to_export().filter(org_id=worker.org_id, task__workspace_label=label)
+    for run_id in list(runs.values_list("pk", flat=True)[:5]):
+        export = export_claim(run_id=run_id, label=f"{worker.name}/{label}"[:100])
+        if export is None:
+            continue
+        task = Task.objects.select_related("org").get(pk=export.task_id)
+        refusal = destination_refusal(task.org_id, export.destination, exporting=True)
+        if refusal:
+            result = {"destination": export.destination, "workspace": task.workspace_root, "checked": 0,
+                      "refused": refusal[0], "counts": {"checked": 0}}  # fmt: skip
+            export_finish(export=export, result=result, ok=False, error=refusal[1], actor=worker)
+            continue
+        return {
+            "export": export.pk,
+            "task": task.pk,
+            "run": export.run_id,
+            "org": task.org.slug,
+            "workspace_key": task.workspace_key,
+            "destination": export.destination,
+            "hint": f"{timezone.now():%Y%m%d-%H%M%S}-export",
+        }
+    return None
+
+
+LISTS = ("copied", "unchanged", "kept", "skipped")
+
+
+def export_job_finish(*, worker, export_id: int, ok, result, error) -> Export:
+    """Record what the worker's copy did, file by file, as the supervisor's copy is recorded (the event, and the
+    `workspace_export` action on a failure). Only the worker that claimed it may; a second report of a finished
+    export is answered with it."""
+    export = Export.objects.select_related("task__org", "run").filter(pk=export_id, task__org_id=worker.org_id).first()
+    if export is None or not export.claimed_by.startswith(f"{worker.name}/"):
+        raise NotFound(f"No export #{export_id} claimed by this worker.")
+    if export.finished_at is not None:
+        return export
+    if not isinstance(ok, bool) or not isinstance(result, dict):
+        raise Invalid('The body must be {"ok": true|false, "result": {...}, "error"?: "..."}.')
+    clean = {"destination": export.destination, "workspace": export.task.workspace_root,
+             "checked": result.get("checked") if isinstance(result.get("checked"), int) else 0}  # fmt: skip
+    for name in LISTS:
+        items = result.get(name) or []
+        clean[name] = [i for i in items if isinstance(i, dict)][:10_000] if isinstance(items, list) else []
+    clean["counts"] = {"checked": clean["checked"], **{k: len(clean[k]) for k in LISTS}}
+    held = result.get("held_copy")
+    if isinstance(held, str) and held:
+        clean["held_copy"] = held[:1000]
+    text = error if isinstance(error, str) else ""
+    with transaction.atomic():
+        if isinstance(held, str) and held:
+            files = result.get("held_files") if isinstance(result.get("held_files"), list) else []
+            HeldCopy.objects.create(task=export.task, path=held[:1000], reason="export", files=files[:10_000])
+        if not export_finish(export=export, result=clean, ok=ok, error=text[:5000], actor=worker):
+            raise NotEligible(f"Export #{export.pk} was taken over by another copy; this report was not recorded.")
+    export.refresh_from_db()
+    return export

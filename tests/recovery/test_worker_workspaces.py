@@ -144,3 +144,65 @@ def test_no_difference_starts_the_continuation_and_a_stale_report_is_refused(org
                       {**body, "files": [{"path": "../x", "status": "added", "actual": entry("x", "x")}]},
                       format="json")  # fmt: skip
     assert bad.status_code == 400
+
+
+def test_a_held_workspace_is_exported_by_its_worker_and_the_supervisor_never_copies_it(org, agent, runner, export_root):
+    from recovery.models import Export
+    from recovery.workspaces.exports import exports_run
+
+    dest = export_root / "out"
+    task = e.start(org, [(W, {"path": "notes.md", "content": "# 1.4\n"})], export_destination=str(dest))
+    claimed = claim(runner).json()
+    step(runner, claimed, 1, W, {"path": "notes.md", "content": "# 1.4\n"},
+         workspace={"root": "/srv/x", "label": "pod-a", "entries": [entry("notes.md", "# 1.4\n")]})  # fmt: skip
+    r = runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
+                    "status": "succeeded"}, format="json")  # fmt: skip
+    assert r.status_code == 200, r.content
+    assert exports_run() == [] and not Export.objects.exists()  # the supervisor leaves it to the worker
+    assert runner.post("/api/runner/exports/claim/", {"label": "pod-b"}, format="json").status_code == 204
+    job = runner.post("/api/runner/exports/claim/", {"worker": "pod-a-1", "label": "pod-a"}, format="json").json()
+    assert (job["task"], job["destination"], job["workspace_key"]) == (task.pk, str(dest), f"{org.slug}/task-{task.pk}")
+    copied = {"checked": 1, "copied": [{"path": "notes.md", "size": 6, "before": None, "after": "ab"}]}
+    r = runner.post(f"/api/runner/exports/{job['export']}/result/", {"ok": True, "result": copied}, format="json")
+    assert r.status_code == 200, r.content
+    export = Export.objects.get(pk=job["export"])
+    assert export.ok and export.result["counts"]["copied"] == 1 and export.finished_at is not None
+    assert not dest.exists()  # the server copied nothing itself
+    assert runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").status_code == 204
+
+
+def test_a_failed_export_on_the_worker_opens_the_export_action_with_its_error(org, agent, runner, export_root):
+    dest = export_root / "out"
+    e.start(org, [("sleep", {"seconds": 0})], export_destination=str(dest))
+    claimed = claim(runner).json()
+    step(runner, claimed, 1, "sleep", {"seconds": 0})
+    runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
+                "status": "succeeded"}, format="json")  # fmt: skip
+    job = runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").json()
+    error = f"{dest} is a file, not a folder: nothing can be copied into it."
+    r = runner.post(f"/api/runner/exports/{job['export']}/result/", {"ok": False, "result": {}, "error": error},
+                    format="json")  # fmt: skip
+    assert r.json()["ok"] is False
+    action = RecoveryAction.objects.get(run_id=claimed["run"], kind="workspace_export")
+    assert action.status == "open" and action.evidence["error"] == error
+
+
+def test_a_retry_whose_worker_dies_before_its_check_is_not_called_continued_and_its_action_opens_again(
+    org, agent, runner, api
+):
+    from recovery.models import RecoveryAttempt
+
+    action = e.parked(org, [("sleep", {"seconds": 0}), (W, {"path": "a.md", "content": "a"})], 2)
+    Task.objects.filter(pk=action.task_id).update(workspace_label="pod-a")  # held by the pod-a workers
+    r = api.post(f"/api/actions/{action.pk}/retry/", {"version": action.version, "accept_duplicate_risk": True},
+                 format="json")  # fmt: skip
+    assert r.status_code == 202, r.content
+    cont = claim(runner).json()
+    assert "workspace_check" in cont
+    action.refresh_from_db()
+    assert action.status == "retrying"  # claimed, not yet checked: nothing is said to have continued
+    e.lapse()  # the worker died before it reported its check
+    action.refresh_from_db()
+    attempt = RecoveryAttempt.objects.get(action=action)
+    assert attempt.outcome == "rejected" and "stopped renewing its lease" in attempt.rejected_detail
+    assert action.status == "open"

@@ -151,14 +151,19 @@ class Console:
         *,
         agents: Iterable[str] | None = None,
         kinds: Iterable[str] | None = None,
+        workspaces: Mapping[str, str] | None = None,
         give_up: Callable[[], bool] | None = None,
     ) -> dict | None:
-        """Lease the next run this worker may take (of `agents`, of `kinds`), or None when there is none."""
+        """Lease the next run this worker may take (of `agents`, of `kinds`), or None when there is none.
+
+        `workspaces` (`{"label", "root"}`) says this worker holds its tasks' workspaces (`workspace.Holder`)."""
         body: dict[str, Any] = {"worker": worker}
         if agents is not None:
             body["agents"] = list(agents)
         if kinds is not None:
             body["kinds"] = list(kinds)
+        if workspaces is not None:
+            body["workspaces"] = dict(workspaces)
         reply = self.post("/api/runner/claim/", body, give_up=give_up)
         if reply.body is None:
             return None
@@ -210,8 +215,10 @@ class Console:
         usage: int | Mapping[str, Any] | None = None,
         files: list[str] | None = None,
         result_too_large: bool = False,
+        workspace: Mapping[str, Any] | None = None,
         give_up: Callable[[], bool] | None = None,
     ) -> dict:
+        """Complete step `seq`; `workspace` is what the step changed in a workspace this worker holds."""
         body: dict[str, Any] = {"epoch": epoch, "ok": ok}
         if result is not None:
             body["result"] = result
@@ -223,6 +230,8 @@ class Console:
             body["files"] = files
         if result_too_large:
             body["result_too_large"] = True
+        if workspace is not None:
+            body["workspace"] = dict(workspace)
         return self.post(f"/api/runner/runs/{run}/steps/{seq}/complete/", body, give_up=give_up).body or {}
 
     def finish(
@@ -266,6 +275,35 @@ class Console:
         """A child task of the run's task (the reference worker's `task_create`)."""
         body = {"epoch": epoch, "title": title, "input": input, "agent": agent}
         return self.post(f"/api/runner/runs/{run}/tasks/", body, give_up=give_up).body or {}
+
+    def workspace_report(
+        self, run: int, epoch: int, body: Mapping[str, Any], *, give_up: Callable[[], bool] | None = None
+    ) -> dict:
+        """Report how a held workspace compares with the claim's `workspace_check`, before the run does anything;
+        the answer is `{"admitted": true}` or `{"admitted": false, "action", "detail"}` (the run was failed)."""
+        payload = {"epoch": epoch, **body}
+        return self.post(f"/api/runner/runs/{run}/workspace/", payload, give_up=give_up).body or {}
+
+    def repair_claim(self, worker: str, label: str, *, give_up: Callable[[], bool] | None = None) -> dict | None:
+        """The next repair job for the workspaces labelled `label` (`reconcile` or `reissue`), or None."""
+        reply = self.post("/api/runner/repairs/claim/", {"worker": worker, "label": label}, give_up=give_up)
+        return dict(reply.body) if reply.body is not None else None
+
+    def repair_result(
+        self,
+        repair: int,
+        worker: str,
+        *,
+        ok: bool,
+        result: Mapping[str, Any],
+        error: Mapping[str, Any] | None = None,
+        give_up: Callable[[], bool] | None = None,
+    ) -> dict:
+        """What a repair job did on this worker's disk (`error`: why it did not, `{"code", "detail", "files"?}`)."""
+        body: dict[str, Any] = {"worker": worker, "ok": ok, "result": dict(result)}
+        if error is not None:
+            body["error"] = {**error, "detail": payloads.readable(str(error.get("detail", "")))}
+        return self.post(f"/api/runner/repairs/{repair}/result/", body, give_up=give_up).body or {}
 
     # --- transport --------------------------------------------------------------------------------------
 

@@ -37,11 +37,13 @@ from recovery_console.errors import (
     Interrupted,
     LeaseLost,
     Refused,
+    RunFailed,
     ShuttingDown,
     StepFailed,
     StopRequested,
     ToolError,
 )
+from recovery_console.workspace import Holder, org_of, step_report, validate
 
 log = logging.getLogger("recovery_console")
 
@@ -214,6 +216,7 @@ class Run:
         shutdown: threading.Event | None = None,
         abandon: threading.Event | None = None,
         on_boundary: Callable[[str, int, Run], None] | None = None,
+        holder: Holder | None = None,
     ) -> None:
         self.console = console
         self.claim = claim
@@ -222,7 +225,15 @@ class Run:
         self.agent: str | None = claim.get("agent")
         self.attempt: int | None = claim.get("attempt")
         self.epoch: int = claim["lease_epoch"]
-        self.workspace: str | None = claim.get("workspace")
+        # A worker holding workspaces works in its own `<root>/<workspace_key>` and reports what its steps change;
+        # the claim's `workspace` is the server's path, which need not exist on this host.
+        self.holder = holder if holder is not None and claim.get("workspace_key") else None
+        self._no_workspace: str | None = None  # why the held workspace could not be made (the run then fails)
+        try:
+            self.workspace: str | None = self.holder.path_for(claim) if self.holder else claim.get("workspace")
+        except (ValueError, OSError) as exc:
+            self.workspace = None
+            self._no_workspace = f"The workspace {claim.get('workspace_key')!r} cannot be made on this worker: {exc}"
         self.input: Any = payloads.decode(claim.get("input"))
         kind = claim.get("kind")
         if kind not in ("plan", "agent"):
@@ -261,7 +272,7 @@ class Run:
 
         self.stop_requested = threading.Event()
         self._lost = threading.Event()
-        self._ended: str | None = None  # stopped | diverged | lost | shutdown | finished
+        self._ended: str | None = None  # stopped | diverged | lost | shutdown | refused | finished
 
         self._lease_seconds = _lease_seconds(claim)
         self._deadline = float(claim.get("_sent", time.monotonic())) + self._lease_seconds
@@ -606,6 +617,7 @@ class Run:
                     kept = None
         usage = _usage(result) if ok else (_usage(kept) if kept is not None else 1)
         files = begun.files if ok else None
+        changed = self._workspace_changes(begun, ok)
 
         def complete(wire: Any, too_large: bool) -> dict:
             return self._write(
@@ -619,6 +631,7 @@ class Run:
                     usage=usage,
                     files=files,
                     result_too_large=too_large,
+                    workspace=changed,
                     give_up=give_up,
                 ),
                 during="complete",
@@ -644,6 +657,15 @@ class Run:
         if not ok:
             raise StepFailed(error or "failed", seq=seq, tool=tool)
         return result if too_large else payloads.decode(wire)
+
+    def _workspace_changes(self, begun: _Begun, ok: bool) -> dict | None:
+        """What the step changed in the workspace this worker holds, read now (None: it holds none, or the step
+        changes no file). Read once, before the completion and its retries."""
+        if self.holder is None or begun.tool == MODEL:
+            return None
+        org = org_of(self.claim["workspace_key"])
+        files = begun.files if ok else None
+        return step_report(self.workspace, org, begun.tool, begun.args, files, ok, label=self.holder.label)
 
     def _replayed(self, seq: int, tool: str, saved: Mapping[str, Any]) -> Any:
         if saved.get("ok", True) is False:
@@ -696,6 +718,41 @@ class Run:
             )
         )
         raise Diverged(seq, diverged["saved"], diverged["asked"])
+
+    # --- the workspace check -----------------------------------------------------------------------------
+
+    def check_workspace(self) -> bool:
+        """Before anything runs: compare the held workspace with the claim's `workspace_check` and report it.
+
+        True when there is nothing to check or the console admitted the run. False when it did not: the console
+        has already failed the run (`workspace_validation_failed`), so nothing more is written for it. Raises
+        `RunFailed` (`no_workspace`) when the held workspace could not be made."""
+        if self._no_workspace is not None:
+            raise RunFailed("no_workspace", self._no_workspace)
+        check = self.claim.get("workspace_check")
+        if not isinstance(check, Mapping):
+            return True
+        if self.holder is None:
+            log.warning("run %s: the claim asks for a workspace check, but this worker holds no workspaces", self.id)
+            return True
+        org = org_of(self.claim["workspace_key"])
+        body = validate(self.workspace, org, check.get("manifest") or [], label=self.holder.label)
+        answer = self._write(
+            lambda give_up: self.console.workspace_report(self.id, self.epoch, body, give_up=give_up),
+            during="workspace",
+        )
+        if answer.get("admitted") is not False:
+            log.info("run %s: workspace checked (%d entries, %d differ)", self.id, body["checked"], len(body["files"]))
+            return True
+        log.warning(
+            "run %s: not admitted, the workspace differs from its checkpoints (action %s): %s",
+            self.id,
+            answer.get("action"),
+            answer.get("detail", ""),
+        )
+        self._finishing = True  # the run is over: a heartbeat refused from now on is no lost lease
+        self._ended = "refused"
+        return False
 
     # --- plan order ---------------------------------------------------------------------------------------
 

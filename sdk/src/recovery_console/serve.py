@@ -11,6 +11,11 @@
   to its lease (a worker going away is not a Stop; the console's supervisor continues it). A little before
   `drain_seconds` a long call still running is abandoned (`run.abandon`), and at `drain_seconds` the process
   exits whatever is left. A second signal exits at once.
+
+With a `holder` (`workspace.Holder.from_env()`: `CONSOLE_WORKER_WORKSPACES` is set) the worker holds its tasks'
+workspaces: its claims say so, each run works in `<root>/<workspace_key>`, a continuation's workspace is checked
+before the agent function is called, and while no run is queued the worker does the console's repair jobs on
+its disk (`reconcile`, `reissue`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from recovery_console.errors import (
     StopRequested,
 )
 from recovery_console.run import Run
+from recovery_console.workspace import Holder, org_of, reconcile, reissue
 
 log = logging.getLogger("recovery_console")
 
@@ -53,6 +59,7 @@ class Outcome(StrEnum):
     DIVERGED = "diverged"  # finished failed by the replay check
     ABANDONED = "abandoned"  # lease lost, console gone, or the process cut short: nothing more was written
     SHUTDOWN = "shutdown"  # the worker is exiting; the lease is left to lapse
+    REFUSED = "refused"  # the workspace check was not admitted: the console failed the run, nothing ran
 
 
 def default_label() -> str:
@@ -79,9 +86,10 @@ def execute(
     shutdown: threading.Event | None = None,
     abandon: threading.Event | None = None,
     on_boundary: Callable[[str, int, Run], None] | None = None,
+    holder: Holder | None = None,
 ) -> Outcome:
     """Run `fn` on one claimed run, with its heartbeat, and finish the run by how `fn` ended."""
-    run = Run(console, claim, shutdown=shutdown, abandon=abandon, on_boundary=on_boundary)
+    run = Run(console, claim, shutdown=shutdown, abandon=abandon, on_boundary=on_boundary, holder=holder)
     log.info(
         "claimed run %s (task %s, agent %s, attempt %s, epoch %s, %s, %d saved step(s))",
         run.id,
@@ -100,9 +108,12 @@ def execute(
 
 
 def conclude(run: Run, fn: Callable[[Run], Any]) -> Outcome:
-    """Call `fn(run)` and write the run's end: its output, its failure, its stop — or nothing, when the lease
-    is lost, the run diverged (already finished) or the worker is shutting down."""
+    """Check the run's workspace, call `fn(run)` and write the run's end: its output, its failure, its stop — or
+    nothing, when the check was not admitted or the run diverged (the console ended the run), the lease is lost
+    or the worker is shutting down."""
     try:
+        if not run.check_workspace():
+            return Outcome.REFUSED
         output = call_agent(fn, run)
     except Diverged:
         return Outcome.DIVERGED
@@ -179,6 +190,44 @@ def _finish(
     return outcome
 
 
+def repair(
+    console: Console,
+    holder: Holder,
+    worker: str,
+    job: Mapping[str, Any],
+    *,
+    give_up: Callable[[], bool] | None = None,
+) -> bool:
+    """Do one repair job on this worker's disk and post what it did; whether it was done (`ok`).
+
+    A job that raises is reported as not done, `worker_error` with the exception's text."""
+    try:
+        workspace = holder.path_for(job, create=False)
+        kind = job.get("kind")
+        if kind == "reconcile":
+            done = reconcile(workspace, org_of(job.get("workspace_key")), job)
+        elif kind == "reissue":
+            done = reissue(workspace, holder.root, job)
+        else:
+            raise ValueError(f"unknown repair kind {kind!r}")
+    except Exception as exc:
+        log.warning("repair %s: failed on this worker: %s", job.get("repair"), exc, exc_info=True)
+        text = str(exc)
+        error = {"code": "worker_error", "detail": f"{type(exc).__name__}: {text}" if text else type(exc).__name__}
+        done = {"ok": False, "result": {}, "error": error}
+    log.info(
+        "repair %s (%s, task %s): %s",
+        job.get("repair"),
+        job.get("kind"),
+        job.get("task"),
+        "done" if done["ok"] else f"not done: {done['error']['detail']}",
+    )
+    console.repair_result(
+        job.get("repair"), worker, ok=done["ok"], result=done["result"], error=done.get("error"), give_up=give_up
+    )
+    return done["ok"]
+
+
 # --- the loop --------------------------------------------------------------------------------------------------
 
 
@@ -194,8 +243,11 @@ class _Slot:
         pause = s.poll_seconds
         while not s.shutdown.is_set():
             give_up = _claim_give_up(s)
+            workspaces = s.holder.advert() if s.holder is not None else None
             try:
-                claim = s.console.claim(self.label, agents=s.agents, kinds=s.kinds, give_up=give_up)
+                claim = s.console.claim(
+                    self.label, agents=s.agents, kinds=s.kinds, workspaces=workspaces, give_up=give_up
+                )
             except Refused as exc:
                 if exc.status in FATAL_STATUSES or s.once:
                     log.error("%s: claim refused: %s", self.label, exc)
@@ -212,13 +264,23 @@ class _Slot:
                 self.fatal = exc
                 return
             if claim is None:
+                if s.holder is not None and self.repair(give_up):
+                    continue  # there may be more work: ask again at once
                 if s.once:
                     return
                 s.shutdown.wait(pause)
                 continue
             self.runs += 1
             try:
-                execute(s.console, claim, s.fn, shutdown=s.shutdown, abandon=s.abandon, on_boundary=s.on_boundary)
+                execute(
+                    s.console,
+                    claim,
+                    s.fn,
+                    shutdown=s.shutdown,
+                    abandon=s.abandon,
+                    on_boundary=s.on_boundary,
+                    holder=s.holder,
+                )
             except Exception:
                 # A bug must not kill the slot; the run's lease lapses and the supervisor takes over.
                 log.exception("%s: run %s crashed in the worker", self.label, claim.get("run"))
@@ -230,6 +292,19 @@ class _Slot:
                     return
             if s.once:
                 return
+
+    def repair(self, give_up: Callable[[], bool]) -> bool:
+        """Take one repair job for this worker's workspaces and do it; whether there was one."""
+        s = self.serving
+        try:
+            job = s.console.repair_claim(self.label, s.holder.label, give_up=give_up)
+            if job is None:
+                return False
+            repair(s.console, s.holder, self.label, job, give_up=give_up)
+        except (Refused, ConsoleUnavailable) as exc:
+            log.warning("%s: repair job: %s", self.label, exc)
+            return False
+        return True
 
 
 def _claim_give_up(s: _Serving) -> Callable[[], bool]:
@@ -263,11 +338,13 @@ def serve(
     shutdown: threading.Event | None = None,
     abandon: threading.Event | None = None,
     on_boundary: Callable[[str, int, Run], None] | None = None,
+    holder: Holder | None = None,
 ) -> int:
     """Serve `agent` (None: any agent of the organization) with `fn` until SIGTERM/SIGINT; returns the number
     of runs claimed. With `once`, each slot claims at most one run and returns when none is queued.
 
     Setting `shutdown` (an Event) from another thread drains as a signal would, without exiting the process.
+    `holder`: the workspaces this worker holds (`workspace.Holder.from_env()`), None when the server reads them.
     Raises the `Refused` or `ConsoleUnavailable` that stopped a slot for good (a bad token, a bad filter).
     """
     if concurrency < 1:
@@ -289,6 +366,7 @@ def serve(
         shutdown=shutdown if shutdown is not None else threading.Event(),
         abandon=abandon if abandon is not None else threading.Event(),
         on_boundary=on_boundary,
+        holder=holder,
     )
     base = (label or "").strip() or default_label()
     restore = _install_signals(serving.shutdown, serving.abandon, float(drain_seconds)) if handle_signals else None

@@ -11,7 +11,9 @@ SIGTERM / SIGINT: stop claiming and drain — each slot's current step may finis
 CONSOLE_WORKER_DRAIN_SECONDS (default 10); shortly before that a long tool still running (`sleep`, `bash`)
 is abandoned, recording no outcome, and at the drain time the process exits whatever is left. Unfinished runs
 keep their lease until it lapses; the supervisor then recovers each by its steps' modes. A second signal
-exits at once. `WORKER_FAULT` injects crashes and hangs at step boundaries (recovery_console.reference.faults).
+exits at once. `CONSOLE_WORKER_WORKSPACES` makes the worker hold its tasks' workspaces under that directory
+(recovery_console.workspace). `WORKER_FAULT` injects crashes and hangs at step boundaries
+(recovery_console.reference.faults).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from recovery_console.reference.agent import PlanAgent
 from recovery_console.reference.faults import Faults
 from recovery_console.reference.tools import stop_grace_for
 from recovery_console.serve import serve
+from recovery_console.workspace import Holder
 
 log = logging.getLogger("recovery_console")
 
@@ -76,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if faults:
         log.warning("fault injection active: %s", os.environ.get("WORKER_FAULT"))
     drain = float(os.environ.get("CONSOLE_WORKER_DRAIN_SECONDS") or 10)
+    holder = Holder.from_env()
+    if holder is not None:
+        log.info("holding workspaces under %s (label %s)", holder.root, holder.label)
     shutdown = threading.Event()
     if options.wait_for_server > 0:
         _wait_for_server(url, options.wait_for_server, shutdown)
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 once=options.once,
                 shutdown=shutdown,
                 on_boundary=boundary if faults else None,
+                holder=holder,
             )
         except (Refused, ConsoleUnavailable) as exc:
             return _fail(f"The worker could not claim runs: {exc}")
