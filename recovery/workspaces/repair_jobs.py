@@ -307,6 +307,18 @@ def _workspace_key(value, org_slug: str) -> str:
     return key
 
 
+def _rebuilt(item) -> dict:
+    """One entry a reissue made again, as the card lists a rebuild: a file with its content's hash before (the
+    record) and after (what was written: the worker checked they are equal), anything else as what it is."""
+    item = _dict(item, "result.rebuilt")
+    path = wire(_key(item.get("path"), "result.rebuilt"))
+    kind = item.get("kind") or "file"
+    if kind != "file":
+        return {"path": path, "kind": str(kind), **({"link": item["link"]} if item.get("link") is not None else {})}
+    sha = item.get("sha256")
+    return {"path": path, "before": sha, "after": sha, "size": item.get("size")}
+
+
 def _reissue_reported(action: RecoveryAction, result: dict, me: str) -> tuple[dict, bool, dict, list]:
     """Apply a reissue's report: the task continues in the fresh directory (its key and the worker's path), each
     manifest entry the worker rebuilt is recorded with its new identity (content, targets and writers stay as
@@ -318,10 +330,10 @@ def _reissue_reported(action: RecoveryAction, result: dict, me: str) -> tuple[di
     old_root = _text(result.get("old_root"), "result.old_root", required=True)
     checked = _count(result.get("checked", 0), "result.checked")
     entries = clean_entries(result.get("entries"), "result.entries")
-    rebuilt = _list(result.get("rebuilt"), "result.rebuilt")
+    rebuilt = [_rebuilt(item) for item in _list(result.get("rebuilt"), "result.rebuilt")]
     not_remade = _list(result.get("not_remade"), "result.not_remade")
     kept_differences = _list(result.get("kept_differences"), "result.kept_differences")
-    for item in (*rebuilt, *not_remade, *kept_differences):
+    for item in (*not_remade, *kept_differences):
         _key(_dict(item, "result").get("path"), "result")
 
     Task.objects.filter(pk=task.pk).update(workspace_key=key, workspace_root=root, updated_at=timezone.now())

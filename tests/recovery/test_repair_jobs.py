@@ -14,6 +14,7 @@ from recovery.action_log import action_open
 from recovery.models import ActionKind, HeldCopy, RecoveryAction, Repair
 from recovery.workspaces import repair_jobs
 from tasks.models import Event, Step, Task, WorkerInstance, WorkspaceFile, WorkspaceReport
+from tasks.worker_workspaces import clean_entry, manifest_apply
 from tests.conftest import token_client
 from tests.factories import user_token, worker_token
 from tests.helpers import outer_html, visible_text
@@ -336,7 +337,7 @@ def test_a_reissue_switches_the_task_to_the_fresh_directory_and_keeps_the_old_on
         "workspace_key": fresh,
         "old_root": task.workspace_root,
         "checked": 1,
-        "rebuilt": [{"path": "draft.md", "before": sha("first draft\n"), "after": sha("first draft\n"), "size": 12}],
+        "rebuilt": [{"path": "draft.md", "kind": "file", "sha256": sha("first draft\n"), "size": 12}],
         "not_remade": [],
         "kept_differences": [{"path": "draft.md", "status": "changed", "sha256": sha("x"), "why": "changed"}],
         "entries": [rebuilt],
@@ -353,6 +354,9 @@ def test_a_reissue_switches_the_task_to_the_fresh_directory_and_keeps_the_old_on
     action.refresh_from_db()
     assert (action.status, action.resolution) == ("resolved", "reissued")
     assert "rebuilt from recorded content" in r.json()["summary"]
+    assert r.json()["result"]["rebuilt"] == [
+        {"path": "draft.md", "before": sha("first draft\n"), "after": sha("first draft\n"), "size": 12}
+    ]
 
 
 def test_a_report_that_names_a_path_outside_the_workspace_saves_nothing(held, admin_api, runner):
@@ -418,3 +422,59 @@ def test_a_queued_job_with_a_worker_asking_says_when_it_last_asked(held, admin_a
     repair(admin_api, action)
     text = card_text(admin_user, task, action)
     assert "takes it when it next asks for work" in text and "w1/box-a-9" in text
+
+
+# --- with the SDK's own repair on a real disk ------------------------------------------------------
+
+
+def test_the_sdk_worker_s_reconcile_and_reissue_are_applied_as_it_reports_them(
+    org, agent, admin_user, runner, tmp_path
+):
+    """The worker side is the SDK's (recovery_console.workspace): its reports are what the server accepts."""
+    from recovery_console.workspace import Store, entry_at, hashed, reconcile, reissue
+
+    admin_api = token_client(user_token(admin_user))
+    task = e.start(org, PLAN)
+    run = e.crash_after_dispatch(e.first_run(task), 2)
+    key = f"acme/task-{task.pk}"
+    workspace = tmp_path / "worker-root" / "acme" / f"task-{task.pk}"
+    workspace.mkdir(parents=True)
+    (workspace / "draft.md").write_text("first draft\n")
+    recorded = hashed(str(workspace), entry_at(str(workspace), "draft.md"), Store(str(workspace), "acme")).wire()
+    Task.objects.filter(pk=task.pk).update(
+        workspace=str(tmp_path / "not-on-this-server"), workspace_label=LABEL, workspace_key=key,
+        workspace_root=str(workspace),
+    )  # fmt: skip
+    WorkspaceFile.objects.filter(task=task).delete()
+    manifest_apply(task=task, step=Step.objects.get(run=run, seq=1), entries=dict([clean_entry(recorded)]))
+    action = action_open(
+        run=run, kind=ActionKind.WORKSPACE_VALIDATION, cause="workspace_validation_failed",
+        evidence={"workspace_on": "worker", "label": LABEL}, recovery_owner="role:admin",
+    )  # fmt: skip
+    # A person edits the draft and writes notes.md, which step 3 of the remaining plan also writes.
+    (workspace / "draft.md").write_text("first draft\nedited by hand\n")
+    (workspace / "notes.md").write_text("by hand\n")
+
+    assert repair(admin_api, action).status_code == 202
+    job = claim(runner).json()
+    done = reconcile(str(workspace), "acme", job)
+    r = report(runner, job["repair"], done)
+    assert r.status_code == 200, r.content
+    assert r.json()["status"] == "held" and r.json()["result"]["counts"] == {"checked": 2, "adopted": 1, "held": 1}
+    assert WorkspaceFile.objects.get(task=task, path="draft.md").sha256 == sha("first draft\nedited by hand\n")
+    copy = HeldCopy.objects.get(task=task, reason="reconcile")
+    assert (Path(copy.path) / "notes.md").read_text() == "by hand\n"  # on the worker's disk, copied by it
+    action.refresh_from_db()
+    assert action.status == "open" and [f["path"] for f in action.evidence["files"]] == ["notes.md"]
+
+    assert repair(admin_api, action, "reissue").status_code == 202
+    job = claim(runner).json()
+    assert [m["path"] for m in job["manifest"]] == ["draft.md"]
+    r = report(runner, job["repair"], reissue(str(workspace), str(tmp_path / "worker-root"), job))
+    assert r.status_code == 200, r.content
+    task.refresh_from_db()
+    assert task.workspace_key.startswith(f"{key}.reissue-") and task.workspace_root != str(workspace)
+    assert (Path(task.workspace_root) / "draft.md").read_text() == "first draft\nedited by hand\n"
+    assert (workspace / "notes.md").exists()  # the old directory is left as it was
+    action.refresh_from_db()
+    assert (action.status, action.resolution) == ("resolved", "reissued")
