@@ -284,7 +284,6 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
     require_role(user, action.org_id, Role.ADMIN)
     action = RecoveryAction.objects.select_related("task__org", "run__continues", "original_owner").get(pk=action.pk)
     _refuse_unless_live(action)
-    _refuse_while_pending(action)
     action_check_version(action, version)
     if run is not None and run != action.run_id:
         raise StaleVersion(
@@ -298,6 +297,7 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
             f"A {action.kind.replace('_', ' ')} action takes {' or '.join(allowed) or 'no repair'}, not {repair!r}.",
             field="repair",
         )
+    _refuse_while_pending(action)
     _refuse_while_writing(action)
     if repair in (RECONCILE, REISSUE) and held_by_worker(action.task):
         return _queue_job(action, user, repair)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from recovery.bulk.operations import bulk_preview
-from recovery.models import NotificationDestination, RecoveryBreaker, SavedView
+from recovery.models import NotificationDestination, RecoveryBreaker, Repair, SavedView
 from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
@@ -221,6 +221,11 @@ TABLE: dict[str, Row] = {
                               {"tools": [{"name": "lookup", "mode": "replay", "description": "d"}]}),
     "runner-messages-ack": Row("POST", "runner", expect(401, 403, 403, 403, 409, NA, NA), ("run_id",),
                                {"epoch": 1, "ids": [1]}),
+    # Repair jobs: another organization's worker is handed none (204) and may not report one (404).
+    "runner-repair-claim": Row("POST", "runner", expect(401, 403, 403, 403, 204, NA, NA), (),
+                               {"worker": "w", "label": "box-a"}),
+    "runner-repair-result": Row("POST", "runner", expect(401, 403, 403, 403, 404, NA, NA), ("repair_id",),
+                                {"worker": "w", "ok": False}),
     # --- the Django admin: staff only (none of these people is staff); one row for all its routes --------------
     "admin:*": Row("GET", "page", expect(302, 302, 302, 302, 302, 302, 302),
                    note="checked on the index and every registered model's list"),
@@ -292,6 +297,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
     dest = NotificationDestination.objects.create(
         org=org, kind="webhook", url="https://hooks.example.com/acme", secret="whsec_c2VjcmV0", created_by="ada"
     )
+    job = Repair.objects.create(action=action, repair="reconcile", status="queued", label="box-a")
     now = timezone.now()
     breaker = RecoveryBreaker.objects.create(
         org=org,
@@ -317,6 +323,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "root_id": root.pk,
             "destination_id": dest.pk,
             "breaker_id": breaker.pk,
+            "repair_id": job.pk,
         }
 
     def session(user, *, csrf=False):
