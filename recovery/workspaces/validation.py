@@ -458,7 +458,7 @@ def held_paths(action: RecoveryAction | None) -> dict[str, dict]:
     """Entries the latest reconcile of a live validation action held, by stored key."""
     if action is None or action.kind != ActionKind.WORKSPACE_VALIDATION:
         return {}
-    repair = Repair.objects.filter(action=action, repair="reconcile").order_by("-id").first()
+    repair = Repair.objects.filter(action=action, repair="reconcile", status="held").order_by("-id").first()
     if repair is None or not isinstance(repair.result, dict):
         return {}
     out = {}
