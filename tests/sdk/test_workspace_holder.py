@@ -339,8 +339,9 @@ def test_reissue_refuses_when_recorded_content_was_not_kept(ws, holder, monkeypa
 class FakeConsole:
     """The runner API as a worker sees it, answering from `claims` and `repairs` and recording every request."""
 
-    def __init__(self, claims=(), repairs=(), admitted=True):
+    def __init__(self, claims=(), repairs=(), admitted=True, exports=()):
         self.claims, self.repairs, self.admitted = list(claims), list(repairs), admitted
+        self.exports = list(exports)
         self.requests = []
 
     def __call__(self, request):
@@ -351,6 +352,8 @@ class FakeConsole:
             return self.next(self.claims)
         if path == "/api/runner/repairs/claim/":
             return self.next(self.repairs)
+        if path == "/api/runner/exports/claim/":
+            return self.next(self.exports)
         if path.endswith("/workspace/"):
             if self.admitted:
                 return httpx.Response(200, json={"admitted": True})
@@ -479,6 +482,18 @@ def test_an_idle_holding_worker_does_repair_jobs_and_reports_a_failure_as_a_work
     assert "ValueError" in failed["error"]["detail"]
 
 
+def test_an_idle_holding_worker_exports_and_posts_what_the_copy_did(holder, ws, tmp_path):
+    put(ws, "a.txt", "v1\n")
+    dest = tmp_path / "out"
+    job = {"export": 4, "task": 7, "workspace_key": "acme/task-7", "destination": str(dest), "hint": "h-export"}
+    fake = FakeConsole(exports=[job])
+    with fake.console() as console:
+        assert serve(console, None, lambda run: None, once=True, handle_signals=False, holder=holder) == 0
+    [posted] = fake.sent("/exports/4/result/")
+    assert posted["ok"] is True and [c["path"] for c in posted["result"]["copied"]] == ["a.txt"]
+    assert read(dest / "a.txt") == "v1\n"
+
+
 def test_the_reference_worker_runs_its_plan_in_the_held_workspace_and_reports_each_change(holder):
     steps = [
         {"tool": "file_write", "args": {"path": "a.txt", "content": "one\n"}},
@@ -494,3 +509,29 @@ def test_the_reference_worker_runs_its_plan_in_the_held_workspace_and_reports_ea
     assert wrote["scan_all"] is False and ran["scan_all"] is True and ran["complete"] is True
     assert [(e["path"], e["sha256"]) for e in ran["entries"]] == [("a.txt", sha("one\n")), ("b.txt", sha("two\n"))]
     assert fake.sent("/finish/")[0]["status"] == "succeeded"
+
+
+def test_an_export_copies_every_file_keeps_what_it_replaces_and_never_writes_through_a_link(ws, tmp_path):
+    put(ws, "notes/a.md", "new\n")
+    put(ws, "same.txt", "same\n")
+    os.symlink("/etc/passwd", os.path.join(ws, "link"))
+    dest = tmp_path / "out"
+    put(str(dest), "notes/a.md", "old\n")
+    put(str(dest), "same.txt", "same\n")
+    done = w.export(ws, str(dest), "20261206-2101-export")
+    assert done["ok"], done
+    r = done["result"]
+    assert [c["path"] for c in r["copied"]] == ["notes/a.md"] and r["copied"][0]["before"] == sha("old\n")
+    assert [u["path"] for u in r["unchanged"]] == ["same.txt"]
+    assert r["skipped"] == [{"path": "link", "why": "link", "link": "/etc/passwd"}]
+    assert read(dest / "notes/a.md") == "new\n" and not (dest / "link").exists()
+    # What the destination held is kept first, beside the workspace, on this worker's disk.
+    assert read(os.path.join(r["held_copy"], "notes/a.md")) == "old\n"
+    assert r["held_files"] == [{"path": "notes/a.md", "sha256": sha("old\n"), "size": 4, "why": "replaced"}]
+
+    os.remove(dest / "same.txt")
+    os.symlink(tmp_path / "elsewhere", dest / "same.txt")
+    put(ws, "same.txt", "changed\n")
+    stopped = w.export(ws, str(dest), "20261206-2102-export")
+    assert not stopped["ok"] and "never followed or replaced" in stopped["error"]
+    assert not (tmp_path / "elsewhere").exists()

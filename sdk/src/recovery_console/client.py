@@ -305,6 +305,19 @@ class Console:
             body["error"] = {**error, "detail": payloads.readable(str(error.get("detail", "")))}
         return self.post(f"/api/runner/repairs/{repair}/result/", body, give_up=give_up).body or {}
 
+    def export_claim(self, worker: str, label: str, *, give_up: Callable[[], bool] | None = None) -> dict | None:
+        """The next export of a workspace labelled `label` (a run that succeeded, its destination), or None."""
+        reply = self.post("/api/runner/exports/claim/", {"worker": worker, "label": label}, give_up=give_up)
+        return dict(reply.body) if reply.body is not None else None
+
+    def export_result(
+        self, export: int, *, ok: bool, result: Mapping[str, Any], error: str = "",
+        give_up: Callable[[], bool] | None = None,
+    ) -> dict:  # fmt: skip
+        """What an export did on this worker's disk, file by file (`error`: why it stopped, in words)."""
+        body = {"ok": ok, "result": dict(result), "error": payloads.readable(error)[:5000]}
+        return self.post(f"/api/runner/exports/{export}/result/", body, give_up=give_up).body or {}
+
     # --- transport --------------------------------------------------------------------------------------
 
     def post(self, path: str, body: Any, *, give_up: Callable[[], bool] | None = None) -> Reply:

@@ -45,7 +45,7 @@ from recovery_console.errors import (
     StopRequested,
 )
 from recovery_console.run import Run
-from recovery_console.workspace import Holder, org_of, reconcile, reissue
+from recovery_console.workspace import Holder, export, org_of, reconcile, reissue
 
 log = logging.getLogger("recovery_console")
 
@@ -228,6 +228,22 @@ def repair(
     return done["ok"]
 
 
+def export_job(
+    console: Console, holder: Holder, job: Mapping[str, Any], *, give_up: Callable[[], bool] | None = None
+) -> bool:
+    """Copy a workspace this worker holds to its task's destination and post what the copy did; whether it did."""
+    try:
+        done = export(holder.path_for(job, create=False), str(job.get("destination") or ""), job.get("hint"))
+    except Exception as exc:
+        log.warning("export %s: failed on this worker: %s", job.get("export"), exc, exc_info=True)
+        done = {"ok": False, "result": {}, "error": f"{type(exc).__name__}: {exc}"}
+    log.info("export %s (task %s): %s", job.get("export"), job.get("task"), "done" if done["ok"] else done["error"])
+    console.export_result(
+        job.get("export"), ok=done["ok"], result=done["result"], error=done.get("error", ""), give_up=give_up
+    )
+    return done["ok"]
+
+
 # --- the loop --------------------------------------------------------------------------------------------------
 
 
@@ -294,17 +310,20 @@ class _Slot:
                 return
 
     def repair(self, give_up: Callable[[], bool]) -> bool:
-        """Take one repair job for this worker's workspaces and do it; whether there was one."""
+        """Take one repair job, else one export, for this worker's workspaces and do it; whether there was one."""
         s = self.serving
         try:
             job = s.console.repair_claim(self.label, s.holder.label, give_up=give_up)
-            if job is None:
-                return False
-            repair(s.console, s.holder, self.label, job, give_up=give_up)
+            if job is not None:
+                repair(s.console, s.holder, self.label, job, give_up=give_up)
+                return True
+            job = s.console.export_claim(self.label, s.holder.label, give_up=give_up)
+            if job is not None:
+                export_job(s.console, s.holder, job, give_up=give_up)
+                return True
         except (Refused, ConsoleUnavailable) as exc:
-            log.warning("%s: repair job: %s", self.label, exc)
-            return False
-        return True
+            log.warning("%s: job: %s", self.label, exc)
+        return False
 
 
 def _claim_give_up(s: _Serving) -> Callable[[], bool]:

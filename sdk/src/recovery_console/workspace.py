@@ -827,5 +827,91 @@ def reissue(workspace: str, root: str, job: Mapping[str, Any]) -> dict:
     return {"ok": True, "result": result}
 
 
+# --- exports --------------------------------------------------------------------------------------------
+
+
+def export(workspace: str, destination: str, hint: Any) -> dict:
+    """An export job: copy every regular file of the workspace to `destination` on this worker: `{"ok",
+    "result", "error"?}` (`error`: in words, what stopped it; `result` says what was done up to there).
+
+    A destination file with the same content is left (`unchanged`); one with other content is copied to
+    `<workspace>.held/<hint>/` first (`kept`), then replaced; links and special files are listed (`skipped`),
+    never followed; something other than a regular file standing where a file goes stops the export."""
+    result: dict[str, Any] = {"checked": 0, "copied": [], "unchanged": [], "kept": [], "skipped": []}
+    disk = walk(workspace)
+    if not disk.complete:
+        return {
+            "ok": False,
+            "result": result,
+            "error": f"The workspace holds more than {disk.limit} entries or a "
+            "directory this worker cannot read; nothing was copied, so the destination never holds part of it.",
+        }
+    files = [e for _, e in sorted(disk.entries.items()) if e.kind != "dir"]
+    result["checked"] = len(files)
+    held_dir = os.path.join(f"{workspace}.held", plain_name(hint, "hint"))
+    held_files: list[dict] = []
+    try:
+        os.makedirs(destination, mode=0o755, exist_ok=True)
+        if os.path.islink(destination) or not os.path.isdir(destination):
+            raise NotADirectoryError(f"The export destination {destination} is not a directory.")
+        for e in files:
+            path = payloads.encode(e.path)
+            if e.kind != "file":
+                result["skipped"].append({"path": path, "why": e.kind, "link": _wire_link(e.link)})
+                continue
+            there = entry_at(destination, e.path)
+            if there is not None and there.kind != "file":
+                raise FileExistsError(f"{payloads.readable(e.path)}: the destination holds a link or special file "
+                                      "there; it is never followed or replaced.")  # fmt: skip
+            with os.fdopen(_open_file(workspace, e.path), "rb") as source:
+                sha = _sha_of(source)
+            before = None
+            if there is not None:
+                with os.fdopen(_open_file(destination, e.path), "rb") as old:
+                    before = _sha_of(old)
+                if before == sha:
+                    result["unchanged"].append({"path": path, "sha256": sha})
+                    continue
+                os.makedirs(held_dir, mode=0o700, exist_ok=True)
+                with os.fdopen(_open_file(destination, e.path), "rb") as old:
+                    _write_new(held_dir, e.path, old)  # kept before it is replaced
+                held_files.append({"path": path, "sha256": before, "size": there.size, "why": "replaced"})
+                copy = payloads.encode(os.path.join(held_dir, e.path))
+                result["kept"].append({"path": path, "sha256": before, "copy": copy})
+            after = _replace(workspace, destination, e.path)
+            if after != sha:
+                raise ValueError(f"{payloads.readable(e.path)}: the copy at the destination does not match.")
+            result["copied"].append({"path": path, "size": e.size, "before": before, "after": after})
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "result": _held(result, held_dir, held_files), "error": str(exc)}
+    return {"ok": True, "result": _held(result, held_dir, held_files)}
+
+
+def _held(result: dict, held_dir: str, held_files: list[dict]) -> dict:
+    if held_files:
+        result.update(held_copy=held_dir, held_files=held_files)
+    return result
+
+
+def _replace(workspace: str, destination: str, path: str) -> str:
+    """Copy the workspace's file to `destination/path` through a new file renamed into place (never written
+    through a link); returns the sha256 written."""
+    parts = _parts(path)
+    dfd = _open_dir(destination, parts[:-1], create=True)
+    try:
+        temp = b".console-export-" + os.urandom(6).hex().encode()
+        with os.fdopen(_open_file(workspace, path), "rb") as source:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+            digest = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                while chunk := source.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+        os.rename(temp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        return digest.hexdigest()
+    finally:
+        os.close(dfd)
+
+
 def _wire_link(link: str | None) -> Any:
     return payloads.encode(link) if link is not None else None
