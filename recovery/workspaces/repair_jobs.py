@@ -24,8 +24,8 @@ from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, HeldCopy, Recove
 from recovery.rules import workspace_diff as wd
 from recovery.transitions import JOB_CLAIMED, JOB_PENDING, JOB_QUEUED, REPAIRS
 from recovery.workspaces.repairs import RECONCILE, RESOLUTION
-from recovery.workspaces.reports import _evidence as reported_evidence
 from recovery.workspaces.reports import clean_report
+from recovery.workspaces.reports import evidence_of as reported_evidence
 from recovery.workspaces.validation import remaining_steps
 from tasks.errors import Invalid, NotEligible, NotFound
 from tasks.models import Task, Worker, WorkspaceFile, WorkspaceReport

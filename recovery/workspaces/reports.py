@@ -80,7 +80,7 @@ def clean_report(body) -> dict:
     }
 
 
-def _evidence(task: Task, source: Run, items: dict[str, dict], report: dict, owner: str) -> dict:
+def evidence_of(task: Task, source: Run, items: dict[str, dict], report: dict, owner: str) -> dict:
     """The action's evidence from the worker's report, in the shape the server's own validation gives."""
     steps = ws.remaining_steps(source)
     rows = {r.path: r for r in WorkspaceFile.objects.filter(task=task, path__in=list(items)[: ws.EVIDENCE_FILES])}
@@ -170,7 +170,7 @@ def workspace_reported(*, worker: Worker, run_id: int, epoch, body) -> dict:
         services.run_validated(run)
         return {"admitted": True}
     source = Run.objects.select_related("task").get(pk=run.continues_id)
-    evidence = _evidence(task, source, differing, report, run.lease_owner)
+    evidence = evidence_of(task, source, differing, report, run.lease_owner)
     detail = _summary(differing, report["more"])
     run = services.run_refused_by_worker(run, actor=worker, detail=detail, files=len(differing) + report["more"])
     action = action_open(

@@ -539,9 +539,7 @@ def reported_state(task: Task) -> WorkspaceState:
     last = WorkspaceReport.objects.filter(task=task).order_by("-id").first()
     hold = live_action(task.pk)
     held = held_paths(hold)
-    for f in files:
-        if f.path in held and f.status != wd.SAME:
-            f.status = "held"
+    files = [dataclasses.replace(f, status="held") if f.path in held and f.status != wd.SAME else f for f in files]
     return WorkspaceState(
         path=task.workspace_root,
         files=files,

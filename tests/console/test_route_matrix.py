@@ -226,6 +226,13 @@ TABLE: dict[str, Row] = {
                                {"worker": "w", "label": "box-a"}),
     "runner-repair-result": Row("POST", "runner", expect(401, 403, 403, 403, 404, NA, NA), ("repair_id",),
                                 {"worker": "w", "ok": False}),
+    # A worker's check of a workspace it holds: the run is not another organization's worker's (409, as any run).
+    "runner-workspace": Row("POST", "runner", expect(401, 403, 403, 403, 409, NA, NA), ("run_id",),
+                            {"epoch": 1, "files": []}),
+    # Export jobs: another organization's worker is handed none (204) and may not report one (404).
+    "runner-export-claim": Row("POST", "runner", expect(401, 403, 403, 403, 204, NA, NA), (), {"label": "box-a"}),
+    "runner-export-result": Row("POST", "runner", expect(401, 403, 403, 403, 404, NA, NA), ("export_id",),
+                                {"ok": False}),
     # --- the Django admin: staff only (none of these people is staff); one row for all its routes --------------
     "admin:*": Row("GET", "page", expect(302, 302, 302, 302, 302, 302, 302),
                    note="checked on the index and every registered model's list"),
