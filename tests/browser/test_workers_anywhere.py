@@ -77,7 +77,7 @@ def test_the_server_never_opens_the_workers_disk_and_the_worker_validates_and_re
         created = httpx.post(
             f"{server.url}/api/tasks/",
             json={"title": "Draft the notes", "agent": agent.name, "input": {"steps": PLAN}},
-            headers={"Authorization": f"Bearer {api}"},
+            headers={"Authorization": f"Token {api}"},
         )
         assert created.status_code == 201, created.text
         task = Task.objects.get(pk=created.json()["id"])

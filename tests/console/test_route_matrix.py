@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from recovery.bulk.operations import bulk_preview
-from recovery.models import NotificationDestination, RecoveryBreaker, Repair, SavedView
+from recovery.models import Export, NotificationDestination, RecoveryBreaker, Repair, SavedView
 from tasks.models import ExportRoot, Step
 from tests.console.scenarios import unknown_outcome_action
 from tests.factories import make_member, user_token, worker_token
@@ -305,6 +305,9 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
         org=org, kind="webhook", url="https://hooks.example.com/acme", secret="whsec_c2VjcmV0", created_by="ada"
     )
     job = Repair.objects.create(action=action, repair="reconcile", status="queued", label="box-a")
+    export = Export.objects.create(
+        task_id=action.task_id, run_id=action.run_id, destination="/x", claimed_by="w/box-a", ok=False
+    )
     now = timezone.now()
     breaker = RecoveryBreaker.objects.create(
         org=org,
@@ -331,6 +334,7 @@ def scenario(org, other_org, agent, viewer, operator, admin_user):
             "destination_id": dest.pk,
             "breaker_id": breaker.pk,
             "repair_id": job.pk,
+            "export_id": export.pk,
         }
 
     def session(user, *, csrf=False):
