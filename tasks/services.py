@@ -344,8 +344,12 @@ def _held_label(workspaces) -> tuple[str, str] | None:
 
 
 def workspace_key_of(task: Task) -> str:
-    """Where the task's workspace lies under a worker's root: `<org>/task-<id>` until a reissue moves it."""
-    return task.workspace_key or f"{task.org.slug}/task-{task.pk}"
+    """Where the task's workspace lies under a worker's root: `<org>/<the name of the server's directory for it>`
+    (`task-<id>`, or the fresh name it was given), until a reissue moves it. A local worker whose root is the
+    server's CONSOLE_WORKSPACES (`make run`) so works in the very directory the task was created with."""
+    if task.workspace_key:
+        return task.workspace_key
+    return f"{task.org.slug}/{posixpath.basename(task.workspace) if task.workspace else f'task-{task.pk}'}"
 
 
 def _hold_workspace(run: Run, label: str, root: str) -> None:

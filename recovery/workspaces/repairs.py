@@ -403,7 +403,13 @@ def action_repair_task(
         private=source.private,
     )
     # The repair works on the files it repairs: the source task's workspace.
-    Task.objects.filter(pk=task.pk).update(workspace=source.workspace)
+    # A workspace a worker holds stays with the workers of its label, at its key there.
+    Task.objects.filter(pk=task.pk).update(
+        workspace=source.workspace,
+        workspace_label=source.workspace_label,
+        workspace_key=source.workspace_key or (services.workspace_key_of(source) if source.workspace_label else ""),
+        workspace_root=source.workspace_root,
+    )
     action_change(
         action,
         actor=user,

@@ -206,3 +206,23 @@ def test_a_retry_whose_worker_dies_before_its_check_is_not_called_continued_and_
     attempt = RecoveryAttempt.objects.get(action=action)
     assert attempt.outcome == "rejected" and "stopped renewing its lease" in attempt.rejected_detail
     assert action.status == "open"
+
+
+def test_a_repair_task_of_a_held_workspace_goes_to_the_same_workers_and_directory(org, agent, runner):
+    from tests.conftest import token_client
+    from tests.factories import make_member, user_token
+
+    task = crashed_after_writing(org, runner)
+    cont = claim(runner).json()
+    gone = {"path": "draft.md", "status": "missing", "recorded": entry("draft.md", "first draft\n")}
+    body = {"epoch": cont["lease_epoch"], "root": "/srv/x", "label": "pod-a", "checked": 1, "files": [gone]}
+    action = runner.post(f"/api/runner/runs/{cont['run']}/workspace/", body, format="json").json()["action"]
+    admin = token_client(user_token(make_member(org, "ada2", "admin")))
+    r = admin.post(f"/api/actions/{action}/repair-task/", {"agent": agent.name}, format="json")
+    assert r.status_code == 201, r.content
+    repair = Task.objects.get(pk=r.json()["id"])
+    task.refresh_from_db()
+    assert (repair.workspace_label, repair.workspace_key) == (
+        "pod-a",
+        task.workspace_key or f"{org.slug}/task-{task.pk}",
+    )
