@@ -171,7 +171,7 @@ def _copy(task: Task) -> tuple[dict, bool, str]:
     return result, ok, error[:5000]
 
 
-def _recorded(export: Export, *, actor, open_action: bool) -> None:
+def export_recorded(export: Export, *, actor, open_action: bool) -> None:
     """The event of a finished export and, for a failure (unless a repair is retrying), the `workspace_export`
     action of its run. In the transaction that records the outcome."""
 
@@ -215,7 +215,7 @@ def export_run(*, task: Task, run: Run, actor, repair=None, open_action: bool = 
         repair=repair,
         finished_at=timezone.now(),
     )
-    _recorded(export, actor=actor, open_action=open_action)
+    export_recorded(export, actor=actor, open_action=open_action)
     return export
 
 
@@ -271,7 +271,7 @@ def export_finish(*, export: Export, result: dict, ok: bool, error: str, actor) 
         if mine.update(ok=ok, error=error, result=result, finished_at=timezone.now()) != 1:
             return False
         export.refresh_from_db()
-        _recorded(export, actor=actor, open_action=True)
+        export_recorded(export, actor=actor, open_action=True)
     return True
 
 

@@ -20,10 +20,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from recovery.action_log import action_change, action_event, action_move
-from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, HeldCopy, RecoveryAction, Repair
+from recovery.models import LIVE_ACTION_STATUSES, ActionStatus, Export, HeldCopy, RecoveryAction, Repair
 from recovery.rules import workspace_diff as wd
 from recovery.transitions import JOB_CLAIMED, JOB_PENDING, JOB_QUEUED, REPAIRS
-from recovery.workspaces.repairs import RECONCILE, RESOLUTION
+from recovery.workspaces.exports import export_recorded
+from recovery.workspaces.repairs import RECONCILE, REISSUE, RESOLUTION, RETRY_EXPORT
 from recovery.workspaces.reports import clean_report
 from recovery.workspaces.reports import evidence_of as reported_evidence
 from recovery.workspaces.validation import remaining_steps
@@ -143,6 +144,7 @@ def job_data(job: Repair) -> dict:
         "hint": f"{job.claimed_at:%Y%m%d-%H%M%S}-{job.repair}",
         "manifest": manifest_wire(task),
         "plan": plan,
+        **({"destination": task.export_destination} if job.repair == RETRY_EXPORT else {}),
     }
 
 
@@ -222,7 +224,7 @@ def _fingerprint(ok: bool, result, error) -> str:
 # --- the worker's result: applied ------------------------------------------------------------------
 
 
-def _reconcile_reported(action: RecoveryAction, result: dict, me: str) -> tuple[dict, bool, dict, list]:
+def _reconcile_reported(action: RecoveryAction, result: dict, me: str, job=None) -> tuple[dict, bool, dict, list]:
     """Apply a reconcile's report: what it adopted goes into the manifest (source "reconcile"; what it adopted
     as missing leaves it), and what it held becomes the action's evidence. Returns (the result kept, complete,
     the held copy's fields or None, the remaining items for the worker's report)."""
@@ -319,7 +321,7 @@ def _rebuilt(item) -> dict:
     return {"path": path, "before": sha, "after": sha, "size": item.get("size")}
 
 
-def _reissue_reported(action: RecoveryAction, result: dict, me: str) -> tuple[dict, bool, dict, list]:
+def _reissue_reported(action: RecoveryAction, result: dict, me: str, job=None) -> tuple[dict, bool, dict, list]:
     """Apply a reissue's report: the task continues in the fresh directory (its key and the worker's path), each
     manifest entry the worker rebuilt is recorded with its new identity (content, targets and writers stay as
     recorded: the rebuild wrote exactly those), and an entry it did not make again (a socket, a device) leaves the
@@ -374,6 +376,39 @@ def _reissue_reported(action: RecoveryAction, result: dict, me: str) -> tuple[di
         },
     }
     return kept, True, {"reason": "reissue", "path": old_root, "files": kept_differences}, []
+
+
+EXPORT_LISTS = ("copied", "unchanged", "kept", "skipped")
+
+
+def _export_recorded(action: RecoveryAction, job: Repair, me: str, *, ok: bool, result: dict, error: str) -> Export:
+    """The export a retry job copied on the worker, recorded as an export of the action's run (the task panel's
+    last export, the event); the action is the repair's to settle, so no new export action opens."""
+    task = action.task
+    export = Export.objects.create(
+        task=task, run=action.run, destination=task.export_destination, ok=ok, error=error[:5000],
+        result=result, repair=job, claimed_by=me[:200], finished_at=timezone.now(),
+    )  # fmt: skip
+    export_recorded(export, actor=me, open_action=False)
+    return export
+
+
+def _export_reported(action: RecoveryAction, result: dict, me: str, job: Repair) -> tuple[dict, bool, dict, list]:
+    """A retry export the worker did: every file copied, unchanged, kept (replaced after a copy) or skipped."""
+    clean = {"destination": action.task.export_destination, "workspace": action.task.workspace_root,
+             "checked": _count(result.get("checked", 0), "checked")}  # fmt: skip
+    for name in EXPORT_LISTS:
+        clean[name] = [i for i in _list(result.get(name) or [], name) if isinstance(i, dict)]
+    clean["counts"] = {"checked": clean["checked"], **{k: len(clean[k]) for k in EXPORT_LISTS}}
+    held = _text(result.get("held_copy"), "held_copy")
+    if held:
+        clean["held_copy"] = held
+    export = _export_recorded(action, job, me, ok=True, result=clean, error="")
+    kept = {**clean, "ok": True, "export": export.pk, "worker": me}
+    copy = None
+    if held:
+        copy = {"path": held, "reason": "export", "files": _list(result.get("held_files") or [], "held_files")}
+    return kept, True, copy, []
 
 
 def _finish(job: Repair, to: str, me: str, result: dict) -> None:
@@ -431,12 +466,15 @@ def repair_report(*, worker: Worker, instance: str, repair_id: int, ok: bool, re
             return job
         if not ok:
             failed = {"error": _error(error), "worker": me, "report_sha256": fingerprint}
+            if job.repair == RETRY_EXPORT:
+                export = _export_recorded(action, job, me, ok=False, result={}, error=failed["error"]["detail"])
+                failed.update(export=export.pk, destination=export.destination)
             _finish(job, "failed", me, failed)
             payload = {"repair": job.pk, "name": job.repair, "outcome": "failed", "error": failed["error"]["code"]}
             action_change(action, actor=worker, kind="action_repaired", payload=payload)
             return job
-        apply = _reconcile_reported if job.repair == RECONCILE else _reissue_reported
-        kept, complete, copy, remaining = apply(action, _dict(result, "result"), me)
+        apply = {RECONCILE: _reconcile_reported, REISSUE: _reissue_reported, RETRY_EXPORT: _export_reported}
+        kept, complete, copy, remaining = apply[job.repair](action, _dict(result, "result"), me, job)
         state = "done" if complete else "held"
         _finish(job, state, me, {**kept, "report_sha256": fingerprint})
         if copy is not None:

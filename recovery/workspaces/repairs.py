@@ -42,6 +42,7 @@ from recovery.workspaces.exports import export_run
 from tasks import services
 from tasks.authz import require_role
 from tasks.errors import GateClosed, Invalid, NotEligible, NotFound, StaleVersion
+from tasks.export_roots import destination_refusal
 from tasks.models import Agent, Membership, Role, Task, WorkspaceFile
 from tasks.services import actor_label
 from tasks.worker_workspaces import held_by_worker
@@ -299,7 +300,11 @@ def _action_repair(*, action_id: int, user, version, repair: str, run: int | Non
         )
     _refuse_while_pending(action)
     _refuse_while_writing(action)
-    if repair in (RECONCILE, REISSUE) and held_by_worker(action.task):
+    if held_by_worker(action.task):
+        if repair == RETRY_EXPORT:
+            refusal = destination_refusal(action.task.org_id, action.task.export_destination, exporting=True)
+            if refusal:
+                raise NotEligible(f"{refusal[1]} Nothing was queued.", reason=refusal[0])
         return _queue_job(action, user, repair)
     hint = f"{timezone.now():%Y%m%d-%H%M%S}-{repair}"
     if repair == RECONCILE:

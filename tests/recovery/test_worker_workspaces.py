@@ -226,3 +226,37 @@ def test_a_repair_task_of_a_held_workspace_goes_to_the_same_workers_and_director
         "pod-a",
         task.workspace_key or f"{org.slug}/task-{task.pk}",
     )
+
+
+def test_a_retry_export_of_a_held_workspace_is_a_job_the_worker_does_and_reports(org, agent, runner, export_root):
+    from recovery.models import Export, Repair
+    from tests.conftest import token_client
+    from tests.factories import make_member, user_token
+
+    dest = export_root / "out"
+    e.start(org, [("sleep", {"seconds": 0})], export_destination=str(dest))
+    claimed = claim(runner).json()
+    step(runner, claimed, 1, "sleep", {"seconds": 0})
+    runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
+                "status": "succeeded"}, format="json")  # fmt: skip
+    job = runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").json()
+    runner.post(f"/api/runner/exports/{job['export']}/result/", {"ok": False, "error": "disk full"}, format="json")
+    action = RecoveryAction.objects.get(run_id=claimed["run"], kind="workspace_export")
+    admin = token_client(user_token(make_member(org, "ada3", "admin")))
+    r = admin.post(f"/api/actions/{action.pk}/repair/", {"version": action.version, "repair": "retry_export"},
+                   format="json")  # fmt: skip
+    assert r.status_code == 202, r.content
+    assert r.json()["status"] == "queued" and r.json()["result"] is None
+    job = runner.post("/api/runner/repairs/claim/", {"worker": "pod-a-1", "label": "pod-a"}, format="json").json()
+    assert (job["kind"], job["destination"]) == ("retry_export", str(dest))
+    copied = {"checked": 1, "copied": [{"path": "a.md", "size": 1, "before": None, "after": "ab"}]}
+    r = runner.post(f"/api/runner/repairs/{job['repair']}/result/", {"worker": "pod-a-1", "ok": True,
+                    "result": copied}, format="json")  # fmt: skip
+    assert r.status_code == 200, r.content
+    action.refresh_from_db()
+    assert (action.status, action.resolution) == ("resolved", "exported")
+    export = Export.objects.filter(run_id=claimed["run"]).order_by("-id").first()
+    assert export.ok and export.repair_id == job["repair"] and export.result["counts"]["copied"] == 1
+    assert Repair.objects.get(pk=job["repair"]).status == "done"
+    assert "1 file copied to" in admin.get(f"/api/actions/{action.pk}/").json()["repairs"][0]["summary"]
+    assert not dest.exists()  # the server copied nothing itself

@@ -208,6 +208,10 @@ def repair(
             done = reconcile(workspace, org_of(job.get("workspace_key")), job)
         elif kind == "reissue":
             done = reissue(workspace, holder.root, job)
+        elif kind == "retry_export":
+            done = export(workspace, str(job.get("destination") or ""), job.get("hint"))
+            if not done["ok"]:
+                done["error"] = {"code": "export_failed", "detail": done["error"]}
         else:
             raise ValueError(f"unknown repair kind {kind!r}")
     except Exception as exc:
