@@ -619,6 +619,9 @@ class Run:
         files = begun.files if ok else None
         changed = self._workspace_changes(begun, ok)
 
+        # A held workspace's changes go with the completion; without a holder the call is as it always was.
+        held = {"workspace": changed} if changed is not None else {}
+
         def complete(wire: Any, too_large: bool) -> dict:
             return self._write(
                 lambda give_up: self.console.complete(
@@ -631,8 +634,8 @@ class Run:
                     usage=usage,
                     files=files,
                     result_too_large=too_large,
-                    workspace=changed,
                     give_up=give_up,
+                    **held,
                 ),
                 during="complete",
             )
