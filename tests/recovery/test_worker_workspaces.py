@@ -63,6 +63,16 @@ def crashed_after_writing(org, runner) -> Task:
     return task
 
 
+def succeeded_and_exporting(org, runner, dest) -> tuple[dict, dict]:
+    """A held task with a destination whose run succeeded, and the export job its worker took: (claim, job)."""
+    e.start(org, [("sleep", {"seconds": 0})], export_destination=str(dest))
+    claimed = claim(runner).json()
+    step(runner, claimed, 1, "sleep", {"seconds": 0})
+    runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
+                "status": "succeeded"}, format="json")  # fmt: skip
+    return claimed, runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").json()
+
+
 def test_a_held_workspace_is_recorded_from_the_workers_entries_and_its_task_goes_only_to_that_label(
     org, agent, runner, make_token_client
 ):
@@ -173,12 +183,7 @@ def test_a_held_workspace_is_exported_by_its_worker_and_the_supervisor_never_cop
 
 def test_a_failed_export_on_the_worker_opens_the_export_action_with_its_error(org, agent, runner, export_root):
     dest = export_root / "out"
-    e.start(org, [("sleep", {"seconds": 0})], export_destination=str(dest))
-    claimed = claim(runner).json()
-    step(runner, claimed, 1, "sleep", {"seconds": 0})
-    runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
-                "status": "succeeded"}, format="json")  # fmt: skip
-    job = runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").json()
+    claimed, job = succeeded_and_exporting(org, runner, dest)
     error = f"{dest} is a file, not a folder: nothing can be copied into it."
     r = runner.post(f"/api/runner/exports/{job['export']}/result/", {"ok": False, "result": {}, "error": error},
                     format="json")  # fmt: skip
@@ -234,12 +239,7 @@ def test_a_retry_export_of_a_held_workspace_is_a_job_the_worker_does_and_reports
     from tests.factories import make_member, user_token
 
     dest = export_root / "out"
-    e.start(org, [("sleep", {"seconds": 0})], export_destination=str(dest))
-    claimed = claim(runner).json()
-    step(runner, claimed, 1, "sleep", {"seconds": 0})
-    runner.post(f"/api/runner/runs/{claimed['run']}/finish/", {"epoch": claimed["lease_epoch"],
-                "status": "succeeded"}, format="json")  # fmt: skip
-    job = runner.post("/api/runner/exports/claim/", {"label": "pod-a"}, format="json").json()
+    claimed, job = succeeded_and_exporting(org, runner, dest)
     runner.post(f"/api/runner/exports/{job['export']}/result/", {"ok": False, "error": "disk full"}, format="json")
     action = RecoveryAction.objects.get(run_id=claimed["run"], kind="workspace_export")
     admin = token_client(user_token(make_member(org, "ada3", "admin")))
