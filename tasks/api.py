@@ -256,7 +256,7 @@ def claim_data(run: Run) -> dict:
 
 def _workspace_check(run: Run) -> dict:
     """For a continuation whose workspace a worker holds: the manifest it compares its disk with before running
-    anything, and the paths a person declared a step wrote (their difference is that step's effect)."""
+    anything (what a person declared a step wrote is set apart by the server when the report comes)."""
     if not services.awaits_validation(run):
         return {}
     return {"workspace_check": {"manifest": worker_workspaces.manifest_wire(run.task)}}

@@ -35,6 +35,8 @@ KINDS: dict[str, str] = {
     "run_continued": "a continuation was queued for an interrupted or stopped run",
     "run_continued_from": "a person continued a task from a chosen step in a new run (Continue from step k): "
     "what it reuses, what runs again, the duplicate risk accepted and why (recovery/actions/continue_from.py)",
+    "run_workspace_checked": "the worker holding a continuation's workspace found it as the manifest says: the "
+    "continuation starts (recovery/workspaces/reports.py)",
     "run_refused": "a continuation was refused before it started (the workspace no longer matched)",
     "run_stop_requested": "a person asked a run to stop",
     "run_stopped": "a run stopped (the stop is verified)",

@@ -1264,11 +1264,19 @@ def held_run(*, worker: Worker, run_id: int, epoch) -> Run:
     return run
 
 
-def run_validated(run: Run) -> None:
+def run_validated(run: Run, *, actor, checked: int) -> None:
     """The worker holding the workspace found it as the manifest says: the continuation starts now (its attempt
-    and action settle here, not at the claim), in the caller's transaction."""
+    and action settle here, not at the claim), with its event, in the caller's transaction."""
     run.carry = {**(run.carry or {}), "validated": True}
     Run.objects.filter(pk=run.pk).update(carry=run.carry)
+    event_append(
+        org_id=run.org_id,
+        task_id=run.task_id,
+        run_id=run.pk,
+        kind="run_workspace_checked",
+        actor=actor,
+        payload={"checked": checked, "worker": run.lease_owner},
+    )
     lifecycle.run_started(run)
 
 

@@ -228,7 +228,13 @@ def workspace_confirmations(action) -> dict:
                 f"Retry export copies every file of {e.get('workspace') or 'the workspace'} to "
                 f"{e.get('destination') or 'the export destination'} again, for run #{action.run_id}. A file "
                 "already there with other content is first kept as a held copy, never lost; links are never "
-                "followed. Nothing in the workspace changes.",
+                "followed. Nothing in the workspace changes."
+                + (
+                    " A worker holding this workspace does it on its disk when it next asks for work; this card "
+                    "waits for its report and then shows what it did."
+                    if e.get("workspace_on") == "worker"
+                    else ""
+                ),
             )
         }
     hold = [f["path"] for f in files if _would_hold(f)]
@@ -661,7 +667,7 @@ def worker_report_line(report: dict | None) -> Line:
                 "No worker has reported on it yet.",)  # fmt: skip
     return (
         f"This path is on worker {report['worker']} (workspaces {report['label']}); the server does not read it. "
-        f"Shown as that worker reported it ",
+        f"Shown as of that worker's last report, {REPORT_KINDS.get(report['kind'], report['kind'])} (",
         At(report["at"]),
-        f": {REPORT_KINDS.get(report['kind'], report['kind'])}.",
+        ").",
     )

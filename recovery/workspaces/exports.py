@@ -339,7 +339,7 @@ def export_job_finish(*, worker, export_id: int, ok, result, error) -> Export:
         return export
     if not isinstance(ok, bool) or not isinstance(result, dict):
         raise Invalid('The body must be {"ok": true|false, "result": {...}, "error"?: "..."}.')
-    clean = {"destination": export.destination, "workspace": export.task.workspace_root,
+    clean = {"destination": export.destination, "workspace": export.task.workspace_root, "workspace_on": "worker",
              "checked": result.get("checked") if isinstance(result.get("checked"), int) else 0}  # fmt: skip
     for name in LISTS:
         items = result.get(name) or []

@@ -167,7 +167,7 @@ def workspace_reported(*, worker: Worker, run_id: int, epoch, body) -> dict:
         )
     differing = {k: i for k, i in items.items() if k not in declared}
     if not differing and not (report["more"] and not everything):
-        services.run_validated(run)
+        services.run_validated(run, actor=worker, checked=report["checked"])
         return {"admitted": True}
     source = Run.objects.select_related("task").get(pk=run.continues_id)
     evidence = evidence_of(task, source, differing, report, run.lease_owner)

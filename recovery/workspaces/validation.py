@@ -20,7 +20,6 @@ import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from django.db.models import Q
 from django.utils import timezone
@@ -42,7 +41,7 @@ from tasks.models import (
     WorkspaceReport,
 )
 from tasks.selectors import visible_tasks
-from tasks.worker_workspaces import held_by_worker, side_of
+from tasks.worker_workspaces import held_by_worker, iso_ns, side_of
 from tasks.workspace import (
     FILE,
     FILE_TOOLS,
@@ -68,12 +67,6 @@ EVIDENCE_FILES = 200  # files listed with their details in an action's evidence;
 
 
 # --- reading both sides ------------------------------------------------------------------
-
-
-def iso_ns(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat()
 
 
 def entry_of(e: OnDisk) -> wd.Entry:
@@ -215,7 +208,7 @@ def remaining_steps(source: Run) -> list[wd.PlannedStep]:
 def _side(entry: wd.Entry | None, row: WorkspaceFile | None = None) -> dict | None:
     if entry is None:
         return None
-    side = {"size": entry.size, "sha256": entry.sha256, "mtime": iso_ns(entry.mtime_ns) if entry.mtime_ns else None}
+    side = {"size": entry.size, "sha256": entry.sha256, "mtime": iso_ns(entry.mtime_ns)}
     if entry.kind != FILE:
         side["kind"] = entry.kind
     if entry.link is not None:

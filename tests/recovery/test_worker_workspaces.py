@@ -13,7 +13,8 @@ import pytest
 
 from recovery.models import RecoveryAction
 from recovery.supervisor.loop import supervise_once
-from tasks.models import Run, Task, WorkspaceFile, WorkspaceReport
+from recovery.words.workspaces import workspace_confirmations
+from tasks.models import Event, Run, Task, WorkspaceFile, WorkspaceReport
 from tests.recovery import engine as e
 
 pytestmark = pytest.mark.django_db
@@ -150,6 +151,8 @@ def test_no_difference_starts_the_continuation_and_a_stale_report_is_refused(org
     assert r.json() == {"admitted": True}
     run.refresh_from_db()
     assert run.carry["validated"] is True
+    checked = Event.objects.get(run=run, kind="run_workspace_checked")
+    assert checked.payload == {"checked": 1, "worker": "w1/pod-a-1"}
     bad = runner.post(f"/api/runner/runs/{cont['run']}/workspace/",
                       {**body, "files": [{"path": "../x", "status": "added", "actual": entry("x", "x")}]},
                       format="json")  # fmt: skip
@@ -190,6 +193,8 @@ def test_a_failed_export_on_the_worker_opens_the_export_action_with_its_error(or
     assert r.json()["ok"] is False
     action = RecoveryAction.objects.get(run_id=claimed["run"], kind="workspace_export")
     assert action.status == "open" and action.evidence["error"] == error
+    # Its Retry export says who does it: the worker holding the workspace, on its disk.
+    assert "A worker holding this workspace does it on its disk" in workspace_confirmations(action)["retry_export"][0]
 
 
 def test_a_retry_whose_worker_dies_before_its_check_is_not_called_continued_and_its_action_opens_again(
